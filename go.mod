@@ -1,6 +1,6 @@
 module github.com/depositkit/deposit
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/google/uuid v1.6.0
