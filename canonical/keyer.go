@@ -1,0 +1,321 @@
+package canonical
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrInvalidPointer is returned by [NewKeyer] for an ignore pointer that is
+// not an RFC 6901 JSON Pointer naming a part of the payload.
+var ErrInvalidPointer = errors.New("canonical: invalid JSON pointer")
+
+// ErrInvalidDataset is returned by [Keyer.DatasetKey] for a file list that
+// cannot name a dataset: empty, repeated, outside the dataset folder, or not
+// naming regular files. Errors from the file system are wrapped beside it, so
+// errors.Is(err, fs.ErrNotExist) works too.
+var ErrInvalidDataset = errors.New("canonical: invalid dataset")
+
+// Keyed is a key and the request body that goes with it.
+type Keyed struct {
+	// Key is the lowercase hex SHA-256 of the canonical bytes with the
+	// ignored fields removed.
+	Key string
+	// Body is the canonical bytes of the payload as given, ignored fields
+	// kept. Where nothing was ignored, Key is the key of Body.
+	Body []byte
+}
+
+// Keyer derives keys and request bodies in one canonical form, leaving
+// volatile fields named by JSON Pointers out of the key.
+//
+// A Keyer is immutable and safe for concurrent use by multiple goroutines.
+type Keyer struct {
+	form   Form
+	python bool
+	ignore []string
+	ptrs   [][]string // decoded reference tokens of ignore
+}
+
+// NewKeyer returns a Keyer for form (the empty form means [FormJCS]) that
+// leaves out of every key the values named by the ignore pointers (RFC 6901,
+// with ~0 for ~ and ~1 for /). Each pointer starts with "/"; the empty
+// pointer, which names the whole payload, is refused. A pointer may step into
+// arrays by index. All pointers are resolved against the payload as given,
+// then the values they name are removed together; a pointer that names
+// nothing in a payload is no error.
+func NewKeyer(form Form, ignore []string) (*Keyer, error) {
+	python, err := form.python()
+	if err != nil {
+		return nil, err
+	}
+	if form == "" {
+		form = FormJCS
+	}
+	k := &Keyer{form: form, python: python, ignore: slices.Clone(ignore)}
+	for _, s := range ignore {
+		toks, err := parsePointer(s)
+		if err != nil {
+			return nil, err
+		}
+		k.ptrs = append(k.ptrs, toks)
+	}
+	return k, nil
+}
+
+var unescapeToken = strings.NewReplacer("~1", "/", "~0", "~")
+
+// parsePointer returns the decoded reference tokens of JSON Pointer s.
+func parsePointer(s string) ([]string, error) {
+	switch {
+	case s == "":
+		return nil, fmt.Errorf(`%w "": it names the whole payload, want a pointer such as /updated`, ErrInvalidPointer)
+	case s[0] != '/':
+		return nil, fmt.Errorf("%w %q: want a leading /", ErrInvalidPointer, s)
+	case !utf8.ValidString(s):
+		return nil, fmt.Errorf("%w %q: not valid UTF-8", ErrInvalidPointer, s)
+	}
+	toks := strings.Split(s[1:], "/")
+	for i, t := range toks {
+		for j := 0; j < len(t); j++ {
+			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
+				return nil, fmt.Errorf("%w %q: ~ must be followed by 0 or 1", ErrInvalidPointer, s)
+			}
+		}
+		toks[i] = unescapeToken.Replace(t)
+	}
+	return toks, nil
+}
+
+// Form returns the canonical form of k.
+func (k *Keyer) Form() Form { return k.form }
+
+// Ignore returns a copy of the ignore pointers, as given to [NewKeyer].
+func (k *Keyer) Ignore() []string { return slices.Clone(k.ignore) }
+
+// Key returns the key of the JSON text payload (the SHA-256 of its canonical
+// bytes with the ignored values removed) and its body (the canonical bytes
+// with nothing removed). Malformed payloads give a [*SyntaxError].
+func (k *Keyer) Key(payload []byte) (Keyed, error) {
+	return k.key(payload, k.ptrs)
+}
+
+func (k *Keyer) key(payload []byte, ptrs [][]string) (Keyed, error) {
+	var p parser
+	if err := p.parse(payload, k.python); err != nil {
+		return Keyed{}, err
+	}
+	body := p.emit(make([]byte, 0, p.outSize()))
+	keyed := body
+	if p.remove(ptrs) {
+		keyed = p.emit(make([]byte, 0, len(body)))
+	}
+	return Keyed{Key: Key(keyed), Body: body}, nil
+}
+
+// remove marks the values the pointers name as removed and reports whether
+// any pointer named one.
+func (p *parser) remove(ptrs [][]string) bool {
+	found := false
+	for _, toks := range ptrs {
+		if v, ok := p.resolve(toks); ok {
+			p.nodes[v].flags |= flagRemoved
+			found = true
+		}
+	}
+	return found
+}
+
+// resolve returns the value the pointer tokens name, if any.
+func (p *parser) resolve(toks []string) (int32, bool) {
+	cur := p.root
+	for _, t := range toks {
+		n := &p.nodes[cur]
+		switch n.kind {
+		case kindObject:
+			next := int32(-1)
+			for j := n.off; j < n.off+n.n; j++ {
+				if string(p.bytesOf(&p.mems[j].key)) == t {
+					next = p.mems[j].val
+					break
+				}
+			}
+			if next < 0 {
+				return 0, false
+			}
+			cur = next
+		case kindArray:
+			// RFC 6901 indexes: 0 or digits without a leading zero.
+			if t == "" || (len(t) > 1 && t[0] == '0') || strings.TrimLeft(t, "0123456789") != "" {
+				return 0, false
+			}
+			idx, err := strconv.Atoi(t)
+			if err != nil || idx >= int(n.n) {
+				return 0, false
+			}
+			cur = p.kids[int(n.off)+idx]
+		default:
+			return 0, false
+		}
+	}
+	return cur, true
+}
+
+// hashBufferSize is the read buffer of dataset file hashing: the only memory
+// DatasetKey needs per file, whatever its size.
+const hashBufferSize = 256 << 10
+
+// datasetFile is one entry of a dataset document.
+type datasetFile struct {
+	path string
+	sum  [sha256.Size]byte
+	size int64
+}
+
+// DatasetKey returns the key and body of a dataset: the canonical document
+//
+//	{"dataset":[{"path":P,"sha256":H,"size":N},...],"metadata":M}
+//
+// where M is the JSON text metadata, each P is one of files, a path relative
+// to dir with "/" separators, cleaned (no "." or ".." segments, Unicode left
+// as given), H is the lowercase hex SHA-256 of the file's bytes and N their
+// count. Entries are sorted by the bytes of P. Every file must be a regular
+// file inside dir; a path or symbolic link that leads out of dir is refused.
+// Symbolic links are followed only when relative (an absolute link is
+// refused even if it points inside dir, as [os.Root] does).
+// An empty list, or one naming a file twice, is an [ErrInvalidDataset].
+// Files are hashed streaming, in memory that does not grow with their size.
+// The ignore pointers of k address M. Malformed metadata gives an error
+// wrapping a [*SyntaxError] with offsets into metadata.
+func (k *Keyer) DatasetKey(dir string, metadata []byte, files []string) (Keyed, error) {
+	if len(files) == 0 {
+		return Keyed{}, fmt.Errorf("%w: empty file list, want at least one file", ErrInvalidDataset)
+	}
+	meta, err := k.form.Canonicalize(metadata)
+	if err != nil {
+		return Keyed{}, fmt.Errorf("canonical: dataset metadata: %w", err)
+	}
+	entries := make([]datasetFile, 0, len(files))
+	for _, f := range files {
+		clean, err := cleanDatasetPath(f)
+		if err != nil {
+			return Keyed{}, err
+		}
+		entries = append(entries, datasetFile{path: clean})
+	}
+	slices.SortFunc(entries, func(a, b datasetFile) int { return strings.Compare(a.path, b.path) })
+	for i := 1; i < len(entries); i++ {
+		if entries[i].path == entries[i-1].path {
+			return Keyed{}, fmt.Errorf("%w: file %q is listed twice", ErrInvalidDataset, entries[i].path)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return Keyed{}, fmt.Errorf("canonical: dataset folder: %w", err)
+	}
+	defer root.Close()
+	buf := make([]byte, hashBufferSize)
+	for i := range entries {
+		if err := hashFile(root, &entries[i], buf); err != nil {
+			return Keyed{}, err
+		}
+	}
+
+	doc := make([]byte, 0, len(meta)+len(entries)*128+32)
+	doc = append(doc, `{"dataset":[`...)
+	for i, e := range entries {
+		if i > 0 {
+			doc = append(doc, ',')
+		}
+		doc = append(doc, `{"path":"`...)
+		doc = appendJCSString(doc, []byte(e.path))
+		doc = append(doc, `","sha256":"`...)
+		doc = hex.AppendEncode(doc, e.sum[:])
+		doc = append(doc, `","size":`...)
+		doc = strconv.AppendInt(doc, e.size, 10)
+		doc = append(doc, '}')
+	}
+	doc = append(doc, `],"metadata":`...)
+	doc = append(doc, meta...)
+	doc = append(doc, '}')
+
+	ptrs := make([][]string, len(k.ptrs))
+	for i, toks := range k.ptrs {
+		ptrs[i] = append([]string{"metadata"}, toks...)
+	}
+	return k.key(doc, ptrs)
+}
+
+// cleanDatasetPath returns the cleaned form of dataset path p, or why p
+// cannot name a file inside the dataset folder.
+func cleanDatasetPath(p string) (string, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: file %q: %s", ErrInvalidDataset, p, why)
+	}
+	switch {
+	case p == "":
+		return "", bad("empty path")
+	case !utf8.ValidString(p):
+		return "", bad("not valid UTF-8")
+	case strings.IndexByte(p, 0) >= 0:
+		return "", bad("holds a NUL byte")
+	case path.IsAbs(p):
+		return "", bad("absolute path, want one relative to the dataset folder")
+	}
+	c := path.Clean(p)
+	switch {
+	case c == ".":
+		return "", bad("names the dataset folder itself, want a file")
+	case c == ".." || strings.HasPrefix(c, "../"):
+		return "", bad("leads out of the dataset folder")
+	}
+	return c, nil
+}
+
+// hashFile fills in the digest and size of e, read streaming through buf.
+func hashFile(root *os.Root, e *datasetFile, buf []byte) error {
+	bad := func(err error) error {
+		return fmt.Errorf("%w: file %q: %w", ErrInvalidDataset, e.path, err)
+	}
+	// Stat first, so that opening never blocks on a named pipe.
+	fi, err := root.Stat(e.path)
+	if err != nil {
+		return bad(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: file %q is not a regular file (%s)", ErrInvalidDataset, e.path, fi.Mode().Type())
+	}
+	f, err := root.Open(e.path)
+	if err != nil {
+		return bad(err)
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return bad(err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%w: file %q is not a regular file (%s)", ErrInvalidDataset, e.path, fi.Mode().Type())
+	}
+	h := sha256.New()
+	for {
+		n, err := f.Read(buf)
+		h.Write(buf[:n])
+		e.size += int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return bad(err)
+		}
+	}
+	h.Sum(e.sum[:0])
+	return nil
+}

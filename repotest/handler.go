@@ -1,0 +1,777 @@
+package repotest
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Protocol names the write protocol a server speaks.
+type Protocol string
+
+// The protocols of the deposit design.
+const (
+	// ProtocolPut is the conditional PUT: PUT /{key} with If-None-Match: *.
+	ProtocolPut Protocol = "put"
+	// ProtocolIdempotencyKey is POST with an Idempotency-Key header (IETF draft, IRI API).
+	ProtocolIdempotencyKey Protocol = "idempotency-key"
+)
+
+// ErrConfig is wrapped by the errors NewHandler and NewServer return for a Config
+// they cannot use (unknown protocol, bad fault spec, negative duration).
+var ErrConfig = errors.New("repotest: bad config")
+
+// Defaults for the zero values of Config.
+const (
+	DefaultLockTTL      = 60 * time.Second
+	DefaultResultTTL    = 24 * time.Hour
+	DefaultMaxBodyBytes = 16 << 20
+)
+
+// Config configures a Handler or Server. The zero value is a put server with no
+// faults and records in memory. NewHandler copies it; later changes have no effect.
+// `deposit serve` fills Protocol, Faults, Seed and DBPath from its flags and
+// listens on --addr itself.
+type Config struct {
+	// Protocol is the write protocol; "" means ProtocolPut.
+	Protocol Protocol
+	// Faults is a fault spec in the grammar of FaultsHelp; "" injects none.
+	Faults string
+	// Seed selects the fault sequence and the minted identifiers. The same seed
+	// gives the same faults for the same (key, attempt) pairs.
+	Seed int64
+	// VerifyKey (put) refuses with 422 a PUT whose key is not the lowercase hex
+	// SHA-256 of its body.
+	VerifyKey bool
+	// DBPath keeps the records in this SQLite file, so they survive a restart.
+	// "" keeps them in memory only. Locks and fault counters are never persisted.
+	DBPath string
+	// LockTTL (idempotency-key) is how long a key stays locked while its request
+	// is in flight; the lock is not renewed. 0 means DefaultLockTTL (60s, as IRI).
+	LockTTL time.Duration
+	// ResultTTL (idempotency-key) is how long a completed key is replayed, counted
+	// from its creation; hits do not renew it. 0 means DefaultResultTTL (24h, as IRI).
+	ResultTTL time.Duration
+	// IdempotencyDisabled (idempotency-key) answers 501 to any request that carries
+	// an Idempotency-Key, as a server with no idempotency store does; requests
+	// without one create a record every time.
+	IdempotencyDisabled bool
+	// IdempotencyKeyOptional (idempotency-key) executes a POST without an
+	// Idempotency-Key unprotected (a new record every time), as the IRI reference
+	// does. By default the key is required and its absence is a 400.
+	IdempotencyKeyOptional bool
+	// Latency delays every create before it commits, in addition to any latency rule
+	// of Faults. Under idempotency-key the key is locked meanwhile. A client that
+	// gives up during the delay does not stop the commit, as on a real server: that
+	// is the ambiguous timeout.
+	Latency time.Duration
+	// IgnoreIfNoneMatch (put) behaves like a server that ignores If-None-Match: a PUT
+	// without it is accepted, and a PUT to an existing key creates a new version
+	// with a new identifier (200), which counts as a duplicate.
+	IgnoreIfNoneMatch bool
+	// DuplicateIgnore lists top-level JSON member names left out when bodies are
+	// compared for Stats.Duplicates (a volatile timestamp, a request ID). It does not
+	// affect the 422 body check of idempotency-key, which compares whole bodies.
+	DuplicateIgnore []string
+	// Authorization, when set, is the exact Authorization header every request must
+	// carry: none is a 401, another value a 403.
+	Authorization string
+	// MaxBodyBytes refuses larger request bodies with 413. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+
+	now          func() time.Time // clock; nil means time.Now
+	beforeCommit func(key string) // test seam: runs after a create's checks, before its latency and commit
+}
+
+// Record is one record the server created.
+type Record struct {
+	// Key is the URL key (put), the Idempotency-Key string value without quotes
+	// (idempotency-key), or "" for a POST that carried none.
+	Key string
+	// Path is the request path the record was created at; under idempotency-key it
+	// names the resource and is part of the cache key.
+	Path string
+	// Identifier is the identifier the server minted, such as "10.5072/dk.1x2y3z".
+	Identifier string
+	// Body is the request body as received.
+	Body []byte
+	// Created is when the record was committed.
+	Created time.Time
+}
+
+// Stats counts what a server did. All counts start at zero when the Handler is
+// created; Records includes records loaded from Config.DBPath.
+type Stats struct {
+	Requests   int64 // requests received, faulted ones included
+	Creates    int64 // records created, duplicates included
+	Replays    int64 // answers from an existing record: put 412, idempotency-key hit
+	Conflicts  int64 // genuine 409 answers: a key whose request was in flight
+	Faults     int64 // faults injected, all kinds
+	Duplicates int64 // created records whose key, Idempotency-Key or body matched an earlier record
+	Records    int64 // records held now
+	// FaultsByKind counts injected faults by kind as written in the spec
+	// ("drop", "reset", "slow", "503", ...). It is a copy.
+	FaultsByKind map[string]int64
+}
+
+// Handler is the reference repository as an http.Handler, for `deposit serve` and
+// for tests that bring their own listener. It is safe for concurrent use.
+type Handler struct {
+	cfg    Config
+	faults Faults
+	disk   *diskStore
+	now    func() time.Time
+
+	done chan struct{} // closed by Close: ends every wait
+
+	mu       sync.Mutex
+	closed   bool
+	records  []Record
+	meta     []recordMeta
+	byKey    map[string][]int // put: key; idempotency-key: path + "\x00" + key -> record indexes
+	byBody   map[string]int   // duplicate fingerprint -> records with it
+	locks    map[string]lock
+	attempts map[string]int // class + "\x00" + fault key -> requests seen
+	lockSeq  uint64
+	stats    Stats
+}
+
+type recordMeta struct {
+	full string // fingerprint of the whole body (idempotency-key 422 check)
+	dup  string // fingerprint with Config.DuplicateIgnore left out
+}
+
+type lock struct {
+	expires time.Time
+	token   uint64
+}
+
+// NewHandler returns a Handler for cfg, with the records of cfg.DBPath loaded.
+// Call Close when done to release the store.
+func NewHandler(cfg Config) (*Handler, error) {
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = ProtocolPut
+	case ProtocolPut, ProtocolIdempotencyKey:
+	default:
+		return nil, fmt.Errorf("%w: unknown protocol %q (want put or idempotency-key)", ErrConfig, cfg.Protocol)
+	}
+	if cfg.LockTTL < 0 || cfg.ResultTTL < 0 || cfg.Latency < 0 || cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("%w: durations and sizes must not be negative", ErrConfig)
+	}
+	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
+	cfg.ResultTTL = cmp.Or(cfg.ResultTTL, DefaultResultTTL)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	cfg.DuplicateIgnore = append([]string(nil), cfg.DuplicateIgnore...)
+	faults, err := ParseFaults(cfg.Faults)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	h := &Handler{
+		cfg: cfg, faults: faults, now: cfg.now, done: make(chan struct{}),
+		byKey: map[string][]int{}, byBody: map[string]int{},
+		locks: map[string]lock{}, attempts: map[string]int{},
+		stats: Stats{FaultsByKind: map[string]int64{}},
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if cfg.DBPath != "" {
+		if h.disk, err = openDisk(cfg.DBPath); err != nil {
+			return nil, err
+		}
+		recs, err := h.disk.load()
+		if err != nil {
+			_ = h.disk.close()
+			return nil, err
+		}
+		for _, r := range recs {
+			full, dup, _ := fingerprints(r.Body, cfg.DuplicateIgnore)
+			h.add(r, recordMeta{full: full, dup: dup})
+		}
+	}
+	return h, nil
+}
+
+// Close releases the store. Requests that arrive later get 503. Close is idempotent.
+func (h *Handler) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	close(h.done)
+	if h.disk != nil {
+		return h.disk.close()
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (h *Handler) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.stats
+	s.FaultsByKind = maps.Clone(h.stats.FaultsByKind)
+	s.Records = int64(len(h.records))
+	return s
+}
+
+// Records returns a copy of every record, in creation order.
+func (h *Handler) Records() []Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Record, len(h.records))
+	for i, r := range h.records {
+		r.Body = bytes.Clone(r.Body)
+		out[i] = r
+	}
+	return out
+}
+
+// ServeHTTP answers one request of the configured protocol.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.stats.Requests++
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		problem(w, http.StatusServiceUnavailable, "the server is closed", nil)
+		return
+	}
+	if want := h.cfg.Authorization; want != "" {
+		got := r.Header.Get("Authorization")
+		if got == "" {
+			problem(w, http.StatusUnauthorized, "an Authorization header is required", http.Header{"Www-Authenticate": {"Bearer"}})
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			problem(w, http.StatusForbidden, "the credentials are not accepted", nil)
+			return
+		}
+	}
+	if h.cfg.Protocol == ProtocolPut {
+		h.servePut(w, r)
+		return
+	}
+	h.servePost(w, r)
+}
+
+// servePut serves PUT /{key} and GET /{key}.
+func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimPrefix(r.URL.Path, "/")
+	if key == "" || strings.Contains(key, "/") {
+		problem(w, http.StatusNotFound, "records live at /{key}", nil)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		h.serveGet(w, r, key)
+		return
+	case http.MethodPut:
+	default:
+		problem(w, http.StatusMethodNotAllowed, "use PUT to create and GET to read", http.Header{"Allow": {"GET, HEAD, PUT"}})
+		return
+	}
+	body, ok := readBody(w, r, h.cfg.MaxBodyBytes)
+	if !ok {
+		return
+	}
+	ft, faulted := h.draw("create", key)
+	if faulted && h.injectEarly(w, r, ft) {
+		return
+	}
+	full, dup, ok := validate(w, r, body, h.cfg.DuplicateIgnore)
+	if !ok {
+		return
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "*" && !h.cfg.IgnoreIfNoneMatch {
+		problem(w, http.StatusPreconditionRequired, "a create needs If-None-Match: *", nil)
+		return
+	}
+	if h.cfg.VerifyKey {
+		sum := sha256.Sum256(body)
+		if hex.EncodeToString(sum[:]) != key {
+			problem(w, http.StatusUnprocessableEntity, "the key is not the SHA-256 of the body", nil)
+			return
+		}
+	}
+	if h.cfg.beforeCommit != nil {
+		h.cfg.beforeCommit(key)
+	}
+	if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+		problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
+		return
+	}
+	h.mu.Lock()
+	existing := h.byKey[key]
+	if len(existing) > 0 && !h.cfg.IgnoreIfNoneMatch {
+		h.stats.Replays++
+		h.mu.Unlock()
+		h.finish(w, r, ft, faulted, http.StatusPreconditionFailed, nil, nil)
+		return
+	}
+	rec, err := h.create(Record{Key: key, Path: r.URL.Path, Body: body}, recordMeta{full: full, dup: dup}, key)
+	h.mu.Unlock()
+	if err != nil {
+		problem(w, http.StatusInternalServerError, err.Error(), nil)
+		return
+	}
+	status := http.StatusCreated
+	if len(existing) > 0 {
+		status = http.StatusOK
+	}
+	out, _ := json.Marshal(map[string]string{"identifier": rec.Identifier, "key": key})
+	hdr := http.Header{"Content-Type": {"application/json"}, "Location": {recordURL(r, key)}}
+	h.finish(w, r, ft, faulted, status, hdr, out)
+}
+
+// serveGet answers a read-back under put.
+func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
+	var ft fault
+	var faulted bool
+	if h.faults.reads {
+		if ft, faulted = h.draw("read", key); faulted && h.injectEarly(w, r, ft) {
+			return
+		}
+	}
+	h.mu.Lock()
+	idx := h.byKey[key]
+	var rec Record
+	if len(idx) > 0 {
+		rec = h.records[idx[len(idx)-1]]
+	}
+	h.mu.Unlock()
+	if len(idx) == 0 {
+		if faulted && ft.kind == kindDrop {
+			h.finish(w, r, ft, faulted, 0, nil, nil)
+			return
+		}
+		problem(w, http.StatusNotFound, "no record has this key", nil)
+		return
+	}
+	out, _ := json.Marshal(struct {
+		Identifier string          `json:"identifier"`
+		Key        string          `json:"key"`
+		Created    time.Time       `json:"created"`
+		Metadata   json.RawMessage `json:"metadata"`
+	}{rec.Identifier, rec.Key, rec.Created, rec.Body})
+	h.finish(w, r, ft, faulted, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, out)
+}
+
+// servePost serves POST {path} with an Idempotency-Key.
+func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		problem(w, http.StatusMethodNotAllowed, "use POST to create", http.Header{"Allow": {"POST"}})
+		return
+	}
+	body, ok := readBody(w, r, h.cfg.MaxBodyBytes)
+	if !ok {
+		return
+	}
+	values := r.Header.Values("Idempotency-Key")
+	var key string
+	switch {
+	case len(values) > 0 && h.cfg.IdempotencyDisabled:
+		problem(w, http.StatusNotImplemented, "this server has no idempotency store", nil)
+		return
+	case len(values) == 0 && !h.cfg.IdempotencyDisabled && !h.cfg.IdempotencyKeyOptional:
+		problem(w, http.StatusBadRequest, "an Idempotency-Key header is required", nil)
+		return
+	case len(values) > 1:
+		problem(w, http.StatusBadRequest, "more than one Idempotency-Key header", nil)
+		return
+	case len(values) == 1:
+		var err error
+		if key, err = parseSFString(values[0]); err != nil {
+			problem(w, http.StatusBadRequest, "Idempotency-Key: "+err.Error(), nil)
+			return
+		}
+	}
+	faultKey := r.URL.Path + "\x00" + key
+	if key == "" {
+		sum := sha256.Sum256(body)
+		faultKey = "body\x00" + hex.EncodeToString(sum[:])
+	}
+	ft, faulted := h.draw("create", faultKey)
+	if faulted && h.injectEarly(w, r, ft) {
+		return
+	}
+	full, dup, ok := validate(w, r, body, h.cfg.DuplicateIgnore)
+	if !ok {
+		return
+	}
+	rec := Record{Key: key, Path: r.URL.Path, Body: body}
+	meta := recordMeta{full: full, dup: dup}
+	if key == "" {
+		if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+			problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
+			return
+		}
+		h.mu.Lock()
+		rec, err := h.create(rec, meta, "")
+		h.mu.Unlock()
+		if err != nil {
+			problem(w, http.StatusInternalServerError, err.Error(), nil)
+			return
+		}
+		h.finish(w, r, ft, faulted, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, idBody(rec.Identifier))
+		return
+	}
+	cacheKey := r.URL.Path + "\x00" + key
+	h.mu.Lock()
+	now := h.now()
+	if i, ok := h.result(cacheKey, now); ok {
+		if h.meta[i].full != full {
+			h.mu.Unlock()
+			problem(w, http.StatusUnprocessableEntity, "this Idempotency-Key was used for a different request body", nil)
+			return
+		}
+		h.stats.Replays++
+		id := h.records[i].Identifier
+		h.mu.Unlock()
+		h.finish(w, r, ft, faulted, http.StatusCreated, replyHeader("hit"), idBody(id))
+		return
+	}
+	if l, ok := h.locks[cacheKey]; ok && now.Before(l.expires) {
+		h.stats.Conflicts++
+		h.mu.Unlock()
+		problem(w, http.StatusConflict, "a request with this Idempotency-Key is in flight", http.Header{"Retry-After": {"1"}})
+		return
+	}
+	h.lockSeq++
+	token := h.lockSeq
+	h.locks[cacheKey] = lock{expires: now.Add(h.cfg.LockTTL), token: token}
+	h.mu.Unlock()
+	release := func() {
+		if h.locks[cacheKey].token == token {
+			delete(h.locks, cacheKey)
+		}
+	}
+	if h.cfg.beforeCommit != nil {
+		h.cfg.beforeCommit(key)
+	}
+	if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+		h.mu.Lock()
+		release()
+		h.mu.Unlock()
+		problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
+		return
+	}
+	h.mu.Lock()
+	rec, err := h.create(rec, meta, cacheKey)
+	release()
+	h.mu.Unlock()
+	if err != nil {
+		problem(w, http.StatusInternalServerError, err.Error(), nil)
+		return
+	}
+	h.finish(w, r, ft, faulted, http.StatusCreated, replyHeader("miss"), idBody(rec.Identifier))
+}
+
+// result returns the newest record for cacheKey still within ResultTTL. h.mu is held.
+func (h *Handler) result(cacheKey string, now time.Time) (int, bool) {
+	idx := h.byKey[cacheKey]
+	if len(idx) == 0 {
+		return 0, false
+	}
+	i := idx[len(idx)-1]
+	if !now.Before(h.records[i].Created.Add(h.cfg.ResultTTL)) {
+		return 0, false
+	}
+	return i, true
+}
+
+// create mints an identifier, persists and indexes a new record. h.mu is held.
+func (h *Handler) create(r Record, m recordMeta, indexKey string) (Record, error) {
+	if h.closed {
+		return Record{}, errors.New("the server is closed")
+	}
+	seq := int64(len(h.records) + 1)
+	r.Identifier = mint(h.cfg.Seed, uint64(seq))
+	r.Created = h.now().UTC()
+	if h.disk != nil {
+		if err := h.disk.insert(seq, r); err != nil {
+			return Record{}, err
+		}
+	}
+	h.stats.Creates++
+	if (indexKey != "" && len(h.byKey[indexKey]) > 0) || h.byBody[m.dup] > 0 {
+		h.stats.Duplicates++
+	}
+	h.add(r, m)
+	return r, nil
+}
+
+// add indexes a record. h.mu is held (or the Handler is not yet shared).
+func (h *Handler) add(r Record, m recordMeta) {
+	i := len(h.records)
+	h.records = append(h.records, r)
+	h.meta = append(h.meta, m)
+	if h.cfg.Protocol == ProtocolPut {
+		h.byKey[r.Key] = append(h.byKey[r.Key], i)
+	} else if r.Key != "" {
+		ck := r.Path + "\x00" + r.Key
+		h.byKey[ck] = append(h.byKey[ck], i)
+	}
+	h.byBody[m.dup]++
+}
+
+// draw counts a request for (class, key) and returns its fault, if any.
+func (h *Handler) draw(class, key string) (fault, bool) {
+	h.mu.Lock()
+	ak := class + "\x00" + key
+	h.attempts[ak]++
+	attempt := h.attempts[ak]
+	h.mu.Unlock()
+	return h.faults.draw(h.cfg.Seed, class, key, attempt)
+}
+
+// injectEarly injects a fault that strikes before anything commits and reports
+// whether it answered the request.
+func (h *Handler) injectEarly(w http.ResponseWriter, r *http.Request, ft fault) bool {
+	switch {
+	case ft.kind == kindReset:
+		h.countFault(ft)
+		hangUp(w)
+		return true
+	case ft.status != 0:
+		h.countFault(ft)
+		hdr := http.Header{}
+		if ft.retryAfter >= 0 {
+			if ft.dateAfter {
+				// HTTP-dates have whole seconds: round up so the wait is never shorter.
+				at := h.now().Add(time.Duration(ft.retryAfter)*time.Second + time.Second - 1)
+				hdr.Set("Retry-After", at.UTC().Format(http.TimeFormat))
+			} else {
+				hdr.Set("Retry-After", strconv.Itoa(ft.retryAfter))
+			}
+		}
+		detail := "injected fault"
+		if ft.status == http.StatusConflict {
+			detail = "injected fault: a request with this key is in flight"
+		}
+		problem(w, ft.status, detail, hdr)
+		return true
+	}
+	return false
+}
+
+func (h *Handler) countFault(ft fault) {
+	h.mu.Lock()
+	h.stats.Faults++
+	h.stats.FaultsByKind[ft.kind]++
+	h.mu.Unlock()
+}
+
+// finish writes an answer, unless the fault drops it or trickles its body.
+func (h *Handler) finish(w http.ResponseWriter, r *http.Request, ft fault, faulted bool, status int, hdr http.Header, body []byte) {
+	if faulted && ft.kind == kindDrop {
+		h.countFault(ft)
+		hangUp(w)
+		return
+	}
+	maps.Copy(w.Header(), hdr)
+	slow := faulted && ft.kind == kindSlow && len(body) > 0
+	if !slow {
+		if body != nil {
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		}
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return
+	}
+	h.countFault(ft)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	for i := range body {
+		if _, err := w.Write(body[i : i+1]); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		if i < len(body)-1 && !h.wait(r.Context().Done(), ft.every) {
+			return
+		}
+	}
+}
+
+// wait sleeps for d unless the Handler closes or done (which may be nil) ends
+// first, and reports whether it slept fully. A create waits with no done of its
+// own: a client that gives up does not stop the server from committing.
+func (h *Handler) wait(done <-chan struct{}, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	case <-h.done:
+		return false
+	}
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2 and other writers that cannot be hijacked: abort the stream instead.
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// readBody reads the request body, answering 413 when it is larger than limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "reading the body: "+err.Error(), nil)
+		return nil, false
+	}
+	if int64(len(body)) > limit {
+		problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", limit), nil)
+		return nil, false
+	}
+	return body, true
+}
+
+// validate checks the media type and the JSON of a create and returns its fingerprints.
+func validate(w http.ResponseWriter, r *http.Request, body []byte, ignore []string) (full, dup string, ok bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			problem(w, http.StatusUnsupportedMediaType, "the body must be application/json", nil)
+			return "", "", false
+		}
+	}
+	full, dup, err := fingerprints(body, ignore)
+	if err != nil {
+		problem(w, http.StatusBadRequest, "the body is not JSON: "+err.Error(), nil)
+		return "", "", false
+	}
+	return full, dup, true
+}
+
+// fingerprints returns the SHA-256 of the parsed body re-encoded with sorted
+// member names (so whitespace and member order do not count), and the same with
+// the top-level members named in ignore left out.
+func fingerprints(body []byte, ignore []string) (full, dup string, err error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", "", err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", "", errors.New("data after the JSON value")
+	}
+	full = hashJSON(v)
+	m, isObject := v.(map[string]any)
+	if !isObject || len(ignore) == 0 {
+		return full, full, nil
+	}
+	kept := maps.Clone(m)
+	for _, name := range ignore {
+		delete(kept, name)
+	}
+	return full, hashJSON(kept), nil
+}
+
+func hashJSON(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// parseSFString parses an RFC 8941 Structured Field String such as "abc".
+// Parameters are not accepted: the draft's key is a bare string.
+func parseSFString(v string) (string, error) {
+	v = strings.Trim(v, " \t")
+	if len(v) < 2 || v[0] != '"' {
+		return "", errors.New(`want a quoted Structured Field string, such as "8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+	}
+	var b strings.Builder
+	for i := 1; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\':
+			i++
+			if i == len(v) || (v[i] != '"' && v[i] != '\\') {
+				return "", errors.New(`only \" and \\ may be escaped`)
+			}
+			b.WriteByte(v[i])
+		case c == '"':
+			if i != len(v)-1 {
+				return "", errors.New("unexpected data after the string")
+			}
+			if b.Len() == 0 {
+				return "", errors.New("the key is empty")
+			}
+			return b.String(), nil
+		case c < 0x20 || c > 0x7e:
+			return "", fmt.Errorf("byte %#x is not allowed in a string", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", errors.New("the string is not terminated")
+}
+
+// mint returns the identifier of the seq-th record: a DOI-like name under the test
+// prefix 10.5072 whose suffix is a bijective mix of (seed, seq), so it is unique,
+// survives restarts, and says nothing about the key.
+func mint(seed int64, seq uint64) string {
+	z := uint64(seed)*0x9e3779b97f4a7c15 + seq
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return "10.5072/dk." + strconv.FormatUint(z, 36)
+}
+
+func idBody(id string) []byte {
+	b, _ := json.Marshal(map[string]string{"id": id})
+	return b
+}
+
+func replyHeader(reply string) http.Header {
+	return http.Header{"Content-Type": {"application/json"}, "Idempotency-Key-Reply": {reply}}
+}
+
+// recordURL is the absolute URL of the record for key.
+func recordURL(r *http.Request, key string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return (&url.URL{Scheme: scheme, Host: r.Host, Path: "/" + key}).String()
+}
+
+// problem writes an RFC 9457 problem+json answer.
+func problem(w http.ResponseWriter, status int, detail string, hdr http.Header) {
+	maps.Copy(w.Header(), hdr)
+	body, _ := json.Marshal(map[string]any{
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
+	})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

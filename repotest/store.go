@@ -1,0 +1,150 @@
+package repotest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"time"
+
+	_ "modernc.org/sqlite" // SQLite driver for Config.DBPath
+)
+
+// ErrNotServerStore is returned by NewHandler and NewServer when Config.DBPath names
+// a file that is not a store of this package (another program's database, or no
+// SQLite file at all). The file is left untouched.
+var ErrNotServerStore = errors.New("repotest: not a repotest store")
+
+// applicationID marks SQLite files written by this package ("dkrt").
+const applicationID = 0x646b7274
+
+const schema = `
+CREATE TABLE records (
+	seq        INTEGER PRIMARY KEY,
+	key        TEXT NOT NULL,
+	path       TEXT NOT NULL,
+	identifier TEXT NOT NULL UNIQUE,
+	body       BLOB NOT NULL,
+	created_ns INTEGER NOT NULL
+);`
+
+// diskStore persists records in a SQLite file. The handler keeps every record in
+// memory as well and serializes writes, so the file is written only on create.
+type diskStore struct {
+	db *sql.DB
+}
+
+// openDisk opens or creates the store at path. It reads the SQLite header itself
+// before opening, so a file that is not ours is never written to.
+func openDisk(path string) (*diskStore, error) {
+	fresh, err := identify(path)
+	if err != nil {
+		return nil, err
+	}
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
+		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("repotest: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if fresh {
+		tx, err := db.BeginTx(ctx, nil)
+		if err == nil {
+			_, err = tx.ExecContext(ctx, schema+fmt.Sprintf("PRAGMA application_id = %d;", applicationID))
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				_ = tx.Rollback()
+			}
+		}
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("repotest: create store %s: %w", path, err)
+		}
+	}
+	return &diskStore{db: db}, nil
+}
+
+// identify reports whether path is a new store (absent, empty, or a SQLite file with
+// no application id and no tables) and refuses anything that is not ours.
+func identify(path string) (fresh bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("repotest: open %s: %w", path, err)
+	}
+	defer f.Close()
+	var hdr [100]byte
+	n, err := io.ReadFull(f, hdr[:])
+	if n == 0 {
+		return true, nil
+	}
+	if err != nil || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
+		return false, fmt.Errorf("%w: %s is not a SQLite file", ErrNotServerStore, path)
+	}
+	switch id := binary.BigEndian.Uint32(hdr[68:72]); id {
+	case applicationID:
+		return false, nil
+	case 0:
+		// A create that crashed before its transaction committed leaves no tables.
+		db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro")
+		if err != nil {
+			return false, fmt.Errorf("repotest: open %s: %w", path, err)
+		}
+		defer db.Close()
+		var tables int
+		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&tables); err != nil {
+			return false, fmt.Errorf("repotest: read %s: %w", path, err)
+		}
+		if tables > 0 {
+			return false, fmt.Errorf("%w: %s belongs to another program", ErrNotServerStore, path)
+		}
+		return true, nil
+	default:
+		return false, fmt.Errorf("%w: %s has application id %#x", ErrNotServerStore, path, id)
+	}
+}
+
+// load returns every stored record in creation order.
+func (d *diskStore) load() ([]Record, error) {
+	rows, err := d.db.Query(`SELECT key, path, identifier, body, created_ns FROM records ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("repotest: load records: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var r Record
+		var ns int64
+		if err := rows.Scan(&r.Key, &r.Path, &r.Identifier, &r.Body, &ns); err != nil {
+			return nil, fmt.Errorf("repotest: load records: %w", err)
+		}
+		r.Created = time.Unix(0, ns).UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("repotest: load records: %w", err)
+	}
+	return out, nil
+}
+
+// insert persists one record; seq is its position in creation order (1-based).
+func (d *diskStore) insert(seq int64, r Record) error {
+	_, err := d.db.Exec(`INSERT INTO records (seq, key, path, identifier, body, created_ns) VALUES (?, ?, ?, ?, ?, ?)`,
+		seq, r.Key, r.Path, r.Identifier, r.Body, r.Created.UnixNano())
+	if err != nil {
+		return fmt.Errorf("repotest: store record: %w", err)
+	}
+	return nil
+}
+
+func (d *diskStore) close() error { return d.db.Close() }
