@@ -1,0 +1,764 @@
+package dedup
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+const driverName = "sqlite"
+
+// pragmas are set on every pooled connection through the DSN. Besides the
+// durability settings (WAL, synchronous=NORMAL: a power cut may lose the
+// last commits, never corrupt the file), they size the caches for stores of
+// millions of rows: a 32 MiB page cache per connection, reads through a
+// 256 MiB memory map, and a checkpoint every 8000 pages (about 32 MiB of
+// log) rather than 1000, which halves the pages written per confirmed key
+// when keys are random; the log is cut back to 64 MiB after a checkpoint.
+const pragmas = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)" +
+	"&_pragma=cache_size(-32768)&_pragma=mmap_size(268435456)&_pragma=wal_autocheckpoint(8000)&_pragma=journal_size_limit(67108864)"
+
+// maxBatch bounds how many queued writes share one transaction.
+const maxBatch = 1024
+
+// listPage is how many rows List reads per query.
+const listPage = 512
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// loadMigrations reads the embedded migrations, numbered 1, 2, ... by the
+// prefix of their file names.
+var loadMigrations = sync.OnceValue(func() []migration {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		panic(err) // the pattern is constant
+	}
+	slices.Sort(names)
+	var ms []migration
+	for i, name := range names {
+		base := filepath.Base(name)
+		n, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil || n != i+1 {
+			panic("dedup: migration " + base + " is out of sequence")
+		}
+		b, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, migration{version: n, name: base, sql: string(b)})
+	}
+	return ms
+})
+
+// schemaVersion is the schema version this package writes.
+func schemaVersion() int { return len(loadMigrations()) }
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	now func() time.Time
+}
+
+// WithClock sets the clock that stamps CreatedAt and UpdatedAt; the default
+// is time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+// SQLite is the Store kept in one SQLite file. It is safe for concurrent use
+// by multiple goroutines and by several processes opening the same file.
+//
+// Writes go through one writer goroutine that commits whatever is queued in
+// one transaction (group commit); each caller still gets its own result.
+// Transactions take the write lock at their start (BEGIN IMMEDIATE), so
+// writers in other processes wait for each other (up to 10 s) instead of
+// overwriting each other's results. Reads use a separate pool of read-only
+// connections and see every write that has returned.
+type SQLite struct {
+	path string
+	now  func() time.Time
+
+	wdb *sql.DB // one connection: the writer
+	rdb *sql.DB // read-only pool
+
+	stBegin, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
+	stLookup                                    *sql.Stmt // on rdb
+
+	mu         sync.RWMutex // guards sending on queue against Close
+	closed     bool
+	isClosed   atomic.Bool
+	queue      chan *op
+	writerDone chan struct{}
+}
+
+var _ Store = (*SQLite)(nil)
+
+// Open opens the deposit store at path, creating it if the file is missing
+// or empty. The file is identified read-only first: a file that is not a
+// deposit store (not SQLite, another program's database, truncated or
+// corrupt) gives an error wrapping ErrNotDepositStore, and a store from a
+// newer version of this package one wrapping ErrNewerSchema; in both cases
+// the file is left exactly as it was. A read-only file or directory is an
+// error too. Close the store when done.
+func Open(path string, opts ...Option) (*SQLite, error) {
+	o := options{now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty store path", ErrInvalidArgument)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: store %s: %w", path, err)
+	}
+	if err := identify(abs); err != nil {
+		return nil, err
+	}
+	if err := checkWritable(abs); err != nil {
+		return nil, err
+	}
+
+	s := &SQLite{path: abs, now: o.now, queue: make(chan *op, maxBatch), writerDone: make(chan struct{})}
+	if err := s.open(); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	go s.writer()
+	return s, nil
+}
+
+// open opens both pools, migrates the schema and prepares statements.
+func (s *SQLite) open() error {
+	var err error
+	s.wdb, err = sql.Open(driverName, fileDSN(s.path, "_txlock=immediate&"+pragmas))
+	if err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	s.wdb.SetConnMaxIdleTime(0)
+	ctx := context.Background()
+
+	var mode string
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("dedup: store %s: journal mode is %q, not wal (is the file system a network one?)", s.path, mode)
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+
+	s.rdb, err = sql.Open(driverName, fileDSN(s.path, pragmas+"&_pragma=query_only(1)"))
+	if err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	n := max(4, 2*runtime.GOMAXPROCS(0))
+	s.rdb.SetMaxOpenConns(n)
+	s.rdb.SetMaxIdleConns(n)
+
+	for _, p := range []struct {
+		db   *sql.DB
+		st   **sql.Stmt
+		text string
+	}{
+		{s.wdb, &s.stBegin, sqlBegin},
+		{s.wdb, &s.stComplete, sqlComplete},
+		{s.wdb, &s.stFail, sqlFail},
+		{s.wdb, &s.stGet, sqlGet},
+		{s.wdb, &s.stReset, sqlReset},
+		{s.rdb, &s.stLookup, sqlGet},
+	} {
+		if *p.st, err = p.db.PrepareContext(ctx, p.text); err != nil {
+			return fmt.Errorf("dedup: store %s: %w", s.path, err)
+		}
+	}
+	return nil
+}
+
+// migrate brings the schema to schemaVersion in one transaction, after
+// checking again, under the write lock, what the file holds: another
+// process may have created the store since identify looked.
+func (s *SQLite) migrate(ctx context.Context) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	defer tx.Rollback()
+	var appID int64
+	var version, tables int
+	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
+	}
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'").Scan(&tables); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
+	}
+	ms := loadMigrations()
+	from := 0
+	switch {
+	case appID == 0 && tables == 0:
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE schema_migrations (
+			version    INTEGER NOT NULL PRIMARY KEY,
+			name       TEXT    NOT NULL,
+			applied_at INTEGER NOT NULL
+		) STRICT`); err != nil {
+			return fmt.Errorf("dedup: store %s: create schema: %w", s.path, err)
+		}
+	case uint32(appID) != applicationID:
+		return fmt.Errorf("%w: %s is another program's SQLite database", ErrNotDepositStore, s.path)
+	case version > len(ms):
+		return fmt.Errorf("%w: %s has schema version %d, this program knows up to %d: use a newer deposit", ErrNewerSchema, s.path, version, len(ms))
+	case version == len(ms):
+		return nil
+	default:
+		from = version
+	}
+	for _, m := range ms[from:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("dedup: store %s: migration %s: %w", s.path, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+			m.version, m.name, s.stamp()); err != nil {
+			return fmt.Errorf("dedup: store %s: migration %s: %w", s.path, m.name, err)
+		}
+	}
+	// PRAGMA takes no parameters; both values are integers of ours.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA application_id = %d", applicationID)); err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms))); err != nil {
+		return fmt.Errorf("dedup: store %s: %w", s.path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("dedup: store %s: create schema: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path returns the absolute path of the store file.
+func (s *SQLite) Path() string { return s.path }
+
+// Close waits for queued writes to commit, then closes the store. Calls after
+// Close return ErrClosed; Close itself may be called more than once.
+func (s *SQLite) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.isClosed.Store(true)
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.writerDone
+	return s.closeDBs()
+}
+
+func (s *SQLite) closeDBs() error {
+	var errs []error
+	for _, st := range []*sql.Stmt{s.stBegin, s.stComplete, s.stFail, s.stGet, s.stReset, s.stLookup} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	for _, db := range []*sql.DB{s.rdb, s.wdb} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("dedup: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// stamp is the current time in the stored form, unix microseconds.
+func (s *SQLite) stamp() int64 { return s.now().UnixMicro() }
+
+const recordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at"
+
+const (
+	sqlGet   = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
+	sqlBegin = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
+		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4)
+		ON CONFLICT (target, key) DO UPDATE SET
+			attempts = records.attempts + 1,
+			body = coalesce(records.body, excluded.body),
+			updated_at = excluded.updated_at
+		WHERE records.state = 'pending'
+		RETURNING ` + recordCols
+	sqlComplete = `INSERT INTO records (target, key, state, outcome, identifier, status, attempts, created_at, updated_at)
+		VALUES (?1, ?2, 'done', ?3, ?4, ?5, 0, ?6, ?6)
+		ON CONFLICT (target, key) DO UPDATE SET
+			state = 'done',
+			outcome = excluded.outcome,
+			identifier = excluded.identifier,
+			status = excluded.status,
+			problem = '',
+			updated_at = excluded.updated_at
+		WHERE records.state <> 'done'
+		RETURNING ` + recordCols
+	sqlFail = `INSERT INTO records (target, key, state, status, problem, attempts, created_at, updated_at)
+		VALUES (?1, ?2, 'failed', ?3, ?4, 0, ?5, ?5)
+		ON CONFLICT (target, key) DO UPDATE SET
+			state = 'failed',
+			status = excluded.status,
+			problem = excluded.problem,
+			updated_at = excluded.updated_at
+		WHERE records.state <> 'done'
+		RETURNING ` + recordCols
+	sqlReset = `UPDATE records SET state = 'pending', status = 0, problem = '', updated_at = ?3
+		WHERE target = ?1 AND key = ?2 AND state = 'failed'`
+)
+
+// scanRecord scans the columns of recordCols.
+func scanRecord(row interface{ Scan(...any) error }) (Record, error) {
+	var r Record
+	var created, updated int64
+	err := row.Scan(&r.Target, &r.Key, &r.State, &r.Outcome, &r.Identifier, &r.Status, &r.Problem,
+		&r.Body, &r.Attempts, &created, &updated)
+	r.CreatedAt = time.UnixMicro(created).UTC()
+	r.UpdatedAt = time.UnixMicro(updated).UTC()
+	return r, err
+}
+
+func checkKey(target, key string) error {
+	if target == "" {
+		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
+	}
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidArgument)
+	}
+	return nil
+}
+
+func checkConfirmation(key string, c Confirmation) error {
+	if c.Outcome != OutcomeCreated && c.Outcome != OutcomeExisting {
+		return fmt.Errorf("%w: confirmation of key %s has outcome %q, want %q or %q", ErrInvalidArgument, key, c.Outcome, OutcomeCreated, OutcomeExisting)
+	}
+	if c.Identifier == "" {
+		return fmt.Errorf("%w: confirmation of key %s has no identifier", ErrInvalidArgument, key)
+	}
+	return nil
+}
+
+// blob maps a nil body to SQL NULL.
+func blob(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// CheckSettings records s for target on first use; later calls with other
+// settings (Ignore compared as a set) return an error wrapping
+// ErrSettingsMismatch that names both.
+func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings) error {
+	if target == "" {
+		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
+	}
+	ignore := slices.Compact(slices.Sorted(slices.Values(set.Ignore)))
+	if ignore == nil {
+		ignore = []string{}
+	}
+	ignoreJSON, err := json.Marshal(ignore)
+	if err != nil {
+		return fmt.Errorf("%w: ignore pointers: %v", ErrInvalidArgument, err)
+	}
+	var mismatch error
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		mismatch = nil
+		var rec Settings
+		var recIgnore string
+		err := tx.QueryRow("SELECT form, ignore_pointers, secret_fingerprint FROM settings WHERE target = ?", target).
+			Scan(&rec.Form, &recIgnore, &rec.SecretFingerprint)
+		if errors.Is(err, sql.ErrNoRows) {
+			_, err = tx.Exec("INSERT INTO settings (target, form, ignore_pointers, secret_fingerprint, created_at) VALUES (?, ?, ?, ?, ?)",
+				target, set.Form, string(ignoreJSON), set.SecretFingerprint, s.stamp())
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal([]byte(recIgnore), &rec.Ignore); err != nil {
+			return fmt.Errorf("dedup: store %s: settings of target %s: %w", s.path, target, err)
+		}
+		if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint {
+			given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint}
+			mismatch = fmt.Errorf("%w: target %s was first used with %s, now %s", ErrSettingsMismatch, target, describe(rec), describe(given))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return mismatch
+}
+
+// describe renders settings for an error message.
+func describe(s Settings) string {
+	secret := "none"
+	if s.SecretFingerprint != "" {
+		secret = "fingerprint " + s.SecretFingerprint
+	}
+	return fmt.Sprintf("form %q, ignore %q, key secret %s", s.Form, s.Ignore, secret)
+}
+
+// Lookup returns the record of key, or ErrNotFound.
+func (s *SQLite) Lookup(ctx context.Context, target, key string) (Record, error) {
+	if s.isClosed.Load() {
+		return Record{}, ErrClosed
+	}
+	r, err := scanRecord(s.stLookup.QueryRowContext(ctx, target, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("dedup: lookup %s: %w", key, err)
+	}
+	return r, nil
+}
+
+// LookupMany returns the records of keys in one query; keys without a record
+// are absent from the map.
+func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (map[string]Record, error) {
+	if s.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	out := make(map[string]Record, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
+	}
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+recordCols+" FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2))", target, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("dedup: lookup: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("dedup: lookup: %w", err)
+		}
+		out[r.Key] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dedup: lookup: %w", err)
+	}
+	return out, nil
+}
+
+// Begin records the intent to send a request for key; see Store.
+func (s *SQLite) Begin(ctx context.Context, target, key string, body []byte) (Record, error) {
+	if err := checkKey(target, key); err != nil {
+		return Record{}, err
+	}
+	var rec Record
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		rec, err = scanRecord(tx.Stmt(s.stBegin).QueryRow(target, key, blob(body), s.stamp()))
+		if errors.Is(err, sql.ErrNoRows) { // done or failed: unchanged
+			rec, err = scanRecord(tx.Stmt(s.stGet).QueryRow(target, key))
+		}
+		return err
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("dedup: begin %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// complete runs one confirmation inside tx. It returns the record as stored
+// and whether the key was already done with another identifier.
+// stComplete and stGet are s.stComplete and s.stGet bound to tx.
+func (s *SQLite) complete(stComplete, stGet *sql.Stmt, target, key string, c Confirmation) (Record, bool, error) {
+	rec, err := scanRecord(stComplete.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, s.stamp()))
+	if err == nil {
+		return rec, false, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Record{}, false, err
+	}
+	// Already done: the first result stays.
+	rec, err = scanRecord(stGet.QueryRow(target, key))
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, rec.Identifier != c.Identifier, nil
+}
+
+// conflictError describes a confirmation that lost to an earlier one.
+func conflictError(key string, first Record, c Confirmation) error {
+	return fmt.Errorf("%w: key %s is done with %s, not %s", ErrConflict, key, first.Identifier, c.Identifier)
+}
+
+// Complete records the server's confirmation of key; see Store.
+func (s *SQLite) Complete(ctx context.Context, target, key string, c Confirmation) (Record, error) {
+	if err := checkKey(target, key); err != nil {
+		return Record{}, err
+	}
+	if err := checkConfirmation(key, c); err != nil {
+		return Record{}, err
+	}
+	var rec Record
+	var conflict bool
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		rec, conflict, err = s.complete(tx.Stmt(s.stComplete), tx.Stmt(s.stGet), target, key, c)
+		return err
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("dedup: complete %s: %w", key, err)
+	}
+	if conflict {
+		return rec, conflictError(key, rec, c)
+	}
+	return rec, nil
+}
+
+// CompleteMany completes many keys in one transaction; see Store.
+func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]Record, error) {
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range items {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		if err := checkKey(target, k); err != nil {
+			return nil, err
+		}
+		if err := checkConfirmation(k, items[k]); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[string]Record, len(items))
+	if len(items) == 0 {
+		return out, nil
+	}
+	var conflicts []string
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		conflicts = conflicts[:0]
+		stComplete, stGet := tx.Stmt(s.stComplete), tx.Stmt(s.stGet)
+		for _, k := range keys {
+			rec, conflict, err := s.complete(stComplete, stGet, target, k, items[k])
+			if err != nil {
+				return err
+			}
+			out[k] = rec
+			if conflict {
+				conflicts = append(conflicts, k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: complete %d keys: %w", len(keys), err)
+	}
+	switch len(conflicts) {
+	case 0:
+		return out, nil
+	case 1:
+		k := conflicts[0]
+		return out, conflictError(k, out[k], items[k])
+	default:
+		k := conflicts[0]
+		return out, fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, out[k].Identifier, items[k].Identifier)
+	}
+}
+
+// Fail records a terminal answer for key; see Store.
+func (s *SQLite) Fail(ctx context.Context, target, key string, f Failure) (Record, error) {
+	if err := checkKey(target, key); err != nil {
+		return Record{}, err
+	}
+	var rec Record
+	var invalid error
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		invalid = nil
+		var err error
+		rec, err = scanRecord(tx.Stmt(s.stFail).QueryRow(target, key, f.Status, f.Problem, s.stamp()))
+		if errors.Is(err, sql.ErrNoRows) { // done stays done
+			rec, err = scanRecord(tx.Stmt(s.stGet).QueryRow(target, key))
+			invalid = fmt.Errorf("%w: key %s is done with %s and cannot fail", ErrInvalidTransition, key, rec.Identifier)
+		}
+		return err
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("dedup: fail %s: %w", key, err)
+	}
+	return rec, invalid
+}
+
+// ResetFailed turns a failed key back into pending; see Store.
+func (s *SQLite) ResetFailed(ctx context.Context, target, key string) error {
+	if err := checkKey(target, key); err != nil {
+		return err
+	}
+	var missing bool
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		missing = false
+		res, err := tx.Stmt(s.stReset).Exec(target, key, s.stamp())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		var one int
+		err = tx.QueryRow("SELECT 1 FROM records WHERE target = ? AND key = ?", target, key).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			missing = true
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("dedup: reset %s: %w", key, err)
+	}
+	if missing {
+		return fmt.Errorf("%w: key %s", ErrNotFound, key)
+	}
+	return nil
+}
+
+// Count counts the records of target ("" for all targets) in each state.
+func (s *SQLite) Count(ctx context.Context, target string) (Counts, error) {
+	if s.isClosed.Load() {
+		return Counts{}, ErrClosed
+	}
+	// One statement, so one snapshot. Pending and failed rows are counted
+	// in the partial index records_unsettled; done is the rest.
+	all, unsettled, args := "", "", []any(nil)
+	if target != "" {
+		all, unsettled, args = " WHERE target = ?1", "target = ?1 AND ", []any{target}
+	}
+	q := "SELECT (SELECT count(*) FROM records" + all + ")," +
+		" (SELECT count(*) FROM records INDEXED BY records_unsettled WHERE " + unsettled + "state <> 'done' AND state = 'pending')," +
+		" (SELECT count(*) FROM records INDEXED BY records_unsettled WHERE " + unsettled + "state <> 'done' AND state = 'failed')"
+	var total int
+	var c Counts
+	if err := s.rdb.QueryRowContext(ctx, q, args...).Scan(&total, &c.Pending, &c.Failed); err != nil {
+		return Counts{}, fmt.Errorf("dedup: count: %w", err)
+	}
+	c.Done = total - c.Pending - c.Failed
+	return c, nil
+}
+
+// List yields the records of target ("" for all) in state ("" for any),
+// ordered by target and key. It reads a page of rows at a time and holds no
+// transaction open between pages, so it never keeps the whole table in
+// memory and never blocks writers; a row written while List runs may or may
+// not be yielded.
+func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		if s.isClosed.Load() {
+			yield(Record{}, ErrClosed)
+			return
+		}
+		q, err := listQuery(target, state)
+		if err != nil {
+			yield(Record{}, err)
+			return
+		}
+		afterTarget, afterKey := target, ""
+		for {
+			page, err := s.listPage(ctx, q, afterTarget, afterKey)
+			if err != nil {
+				yield(Record{}, fmt.Errorf("dedup: list: %w", err))
+				return
+			}
+			for _, r := range page {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			if len(page) < listPage {
+				return
+			}
+			afterTarget, afterKey = page[len(page)-1].Target, page[len(page)-1].Key
+		}
+	}
+}
+
+// listQuery returns the keyset-paged query of List: ?1 and ?2 are the
+// target and key of the last row of the previous page. Pending and failed
+// rows are read through the partial index records_unsettled, ordered as it
+// is (target, state, key); the state, one of ours, is written into the
+// query so that the index applies.
+func listQuery(target string, state State) (string, error) {
+	cols := "SELECT " + recordCols + " FROM "
+	page := " LIMIT " + strconv.Itoa(listPage)
+	switch state {
+	case "", StateDone:
+		where := "(target, key) > (?1, ?2)"
+		if target != "" {
+			where = "target = ?1 AND key > ?2"
+		}
+		if state == StateDone {
+			where += " AND state = 'done'"
+		}
+		return cols + "records WHERE " + where + " ORDER BY target, key" + page, nil
+	case StatePending, StateFailed:
+		// Across targets, the state test is written +state so that the
+		// planner walks the index in order instead of sorting each page.
+		st := "'" + string(state) + "'"
+		where := "(target, state, key) > (?1, " + st + ", ?2) AND state <> 'done' AND +state = " + st
+		if target != "" {
+			where = "target = ?1 AND key > ?2 AND state <> 'done' AND state = " + st
+		}
+		return cols + "records INDEXED BY records_unsettled WHERE " + where + " ORDER BY target, state, key" + page, nil
+	default:
+		return "", fmt.Errorf("%w: unknown state %q", ErrInvalidArgument, state)
+	}
+}
+
+func (s *SQLite) listPage(ctx context.Context, q, afterTarget, afterKey string) ([]Record, error) {
+	rows, err := s.rdb.QueryContext(ctx, q, afterTarget, afterKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	page := make([]Record, 0, listPage)
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, r)
+	}
+	return page, rows.Err()
+}
