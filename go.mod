@@ -3,6 +3,7 @@ module github.com/depositkit/deposit
 go 1.26.0
 
 require (
+	github.com/aws/smithy-go/aws-http-auth v1.2.2
 	github.com/google/uuid v1.6.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/stretchr/testify v1.12.1

@@ -1,0 +1,148 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxAnswerBytes bounds how much of a response body is read: enough for an
+// identifier or a problem detail, never a whole record.
+const maxAnswerBytes = 64 << 10
+
+// readAnswer reads at most maxAnswerBytes of a response body and closes it.
+func readAnswer(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	// Drain a little more so the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	return b
+}
+
+// identifierFrom applies the design's identifier rule to an answer: the first
+// pointer that names a string in a JSON body, else Location resolved against
+// the request URL (when useLocation), else the record URL.
+func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string, useLocation bool) string {
+	if id, ok := stringAtPointers(body, pointers); ok {
+		return id
+	}
+	if useLocation {
+		if loc := header.Get("Location"); loc != "" {
+			if base, err := url.Parse(requestURL); err == nil {
+				if ref, err := url.Parse(loc); err == nil {
+					return base.ResolveReference(ref).String()
+				}
+			}
+		}
+	}
+	return recordURL
+}
+
+// stringAtPointers returns the string found at the first of pointers (RFC
+// 6901) that names a non-empty string in body.
+func stringAtPointers(body []byte, pointers []string) (string, bool) {
+	body = bytes.TrimSpace(body)
+	if len(pointers) == 0 || len(body) == 0 || (body[0] != '{' && body[0] != '[') {
+		return "", false
+	}
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return "", false
+	}
+	for _, p := range pointers {
+		if s, ok := lookupPointer(doc, p).(string); ok && s != "" {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// lookupPointer resolves a JSON Pointer against a decoded document; nil when
+// the pointer names nothing.
+func lookupPointer(doc any, pointer string) any {
+	if pointer == "" {
+		return doc
+	}
+	if !strings.HasPrefix(pointer, "/") {
+		return nil
+	}
+	cur := doc
+	for _, tok := range strings.Split(pointer[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch v := cur.(type) {
+		case map[string]any:
+			cur = v[tok]
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) || (len(tok) > 1 && tok[0] == '0') {
+				return nil
+			}
+			cur = v[i]
+		default:
+			return nil
+		}
+	}
+	return cur
+}
+
+// problemDetail summarises an error body in one line: the RFC 9457 title and
+// detail of a problem document, the messages of a JSON:API errors array, or
+// the first line of a text body.
+func problemDetail(header http.Header, body []byte) string {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return ""
+	}
+	mt, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+	if strings.HasSuffix(mt, "json") || body[0] == '{' {
+		var p struct {
+			Title  string `json:"title"`
+			Detail string `json:"detail"`
+			Errors []struct {
+				Title  string `json:"title"`
+				Detail string `json:"detail"`
+			} `json:"errors"`
+		}
+		if json.Unmarshal(body, &p) == nil {
+			parts := []string{}
+			for _, s := range []string{p.Title, p.Detail} {
+				if s != "" {
+					parts = append(parts, s)
+				}
+			}
+			for _, e := range p.Errors {
+				if e.Detail != "" {
+					parts = append(parts, e.Detail)
+				} else if e.Title != "" {
+					parts = append(parts, e.Title)
+				}
+			}
+			if len(parts) > 0 {
+				return oneLine(strings.Join(parts, ": "))
+			}
+		}
+	}
+	line, _, _ := strings.Cut(string(body), "\n")
+	return oneLine(line)
+}
+
+// oneLine trims s to a single printable line of at most 300 bytes.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		cut := 300
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}

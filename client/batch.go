@@ -1,0 +1,230 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/depositkit/deposit/canonical"
+)
+
+// Item is one entry of a batch: a payload, or a dataset, or an input error.
+type Item struct {
+	// Line identifies the item in the caller's input (a 1-based line
+	// number, say); it is passed back in the ItemResult untouched.
+	Line int64
+	// Payload is the JSON payload to deposit.
+	Payload []byte
+	// Dataset, when set, deposits a dataset instead of Payload.
+	Dataset *Dataset
+	// Err reports an input error found by the caller (a line too long, say):
+	// the item is reported invalid with this error and nothing is sent.
+	Err error
+}
+
+// Dataset is a dataset deposit: metadata plus files relative to Dir.
+type Dataset struct {
+	Dir      string
+	Metadata []byte
+	Files    []string
+}
+
+// ItemResult is what became of one Item.
+type ItemResult struct {
+	Line int64
+	Result
+	// Err is nil for created, existing and replayed items.
+	Err error
+}
+
+// BatchOptions tunes Run.
+type BatchOptions struct {
+	// Concurrency is the number of deposits in flight; default 4.
+	Concurrency int
+	// OnResult receives every item's result, in completion order. Calls are
+	// serialised: the callback needs no locking of its own.
+	OnResult func(ItemResult)
+	// Grace is how long requests already in flight may take to finish after
+	// ctx is cancelled, so their outcomes are recorded; default 10 s. No new
+	// request or retry starts once ctx is cancelled.
+	Grace time.Duration
+}
+
+// Summary counts what a batch did. Total is the sum of the six outcomes.
+type Summary struct {
+	Total, Created, Existing, Replayed, Failed, Invalid, Unresolved int
+	// Recovered counts items an earlier run had left pending and this
+	// batch settled.
+	Recovered int
+	// Requests counts HTTP requests sent, Retries those that repeated one.
+	Requests, Retries int
+	Elapsed           time.Duration
+}
+
+func (s *Summary) add(r ItemResult) {
+	s.Total++
+	switch r.Outcome {
+	case OutcomeCreated:
+		s.Created++
+	case OutcomeExisting:
+		s.Existing++
+	case OutcomeReplayed:
+		s.Replayed++
+	case OutcomeFailed:
+		s.Failed++
+	case OutcomeInvalid:
+		s.Invalid++
+	default:
+		s.Unresolved++
+	}
+	if r.Recovered && r.Err == nil {
+		s.Recovered++
+	}
+	s.Requests += r.Requests
+	s.Retries += r.Retries
+}
+
+// Run deposits every item of items with bounded concurrency and returns the
+// summary. Memory does not grow with the number of items: items are pulled
+// as workers free up.
+//
+// Run stops early when an answer concerns every item (ErrStopRun: bad
+// credentials, wrong endpoint, an unreachable endpoint, a store failure) and
+// returns that error with the summary so far. When ctx is cancelled, no new
+// request starts; requests in flight get Grace to finish and be recorded,
+// and the items not settled are reported unresolved. Run returns ctx's error
+// in that case.
+func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
+	start := time.Now()
+	workers := opts.Concurrency
+	if workers <= 0 {
+		workers = 4
+	}
+	grace := opts.Grace
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+
+	// Deposits run on a context that outlives ctx by the grace period, so an
+	// interrupted batch records what is in flight; drain stops retries.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	st := &batchStop{drain: make(chan struct{}), grace: grace, cancel: cancelWork}
+	go func() {
+		select {
+		case <-ctx.Done():
+			st.stop(ctx.Err())
+		case <-work.Done():
+		}
+	}()
+
+	var (
+		mu  sync.Mutex
+		sum Summary
+	)
+	report := func(r ItemResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		sum.add(r)
+		if opts.OnResult != nil {
+			opts.OnResult(r)
+		}
+	}
+
+	queue := make(chan Item)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range queue {
+				r := c.runItem(work, it, st.drain)
+				switch {
+				case errors.Is(r.Err, ErrStopRun):
+					st.stop(r.Err)
+				case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
+					// No answer at all from the endpoint, even after every
+					// retry: going on would only repeat that for each item.
+					st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
+				}
+				report(r)
+			}
+		}()
+	}
+
+feed:
+	for it := range items {
+		if it.Err != nil {
+			report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, it.Err)})
+			continue
+		}
+		select {
+		case queue <- it:
+		case <-st.drain:
+			// Stopping: this item was read but is not sent.
+			report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeUnresolved}, Err: ErrInterrupted})
+			break feed
+		}
+	}
+	close(queue)
+	wg.Wait()
+	sum.Elapsed = time.Since(start)
+	return sum, st.err()
+}
+
+// batchStop ends a batch once: it closes drain (no new request or retry) and
+// cancels the work context after the grace period.
+type batchStop struct {
+	drain  chan struct{}
+	grace  time.Duration
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	reason error
+}
+
+func (s *batchStop) stop(reason error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason != nil {
+		return
+	}
+	s.reason = reason
+	close(s.drain)
+	time.AfterFunc(s.grace, s.cancel)
+}
+
+func (s *batchStop) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reason
+}
+
+// runItem deposits one item and classifies the result.
+func (c *Client) runItem(ctx context.Context, it Item, drain <-chan struct{}) ItemResult {
+	var (
+		k   canonical.Keyed
+		err error
+	)
+	if it.Dataset != nil {
+		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
+	} else {
+		k, err = c.keyer.Key(it.Payload)
+	}
+	if err != nil {
+		return ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+	}
+	select {
+	case <-drain:
+		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeUnresolved}, Err: ErrInterrupted}
+	default:
+	}
+	res, err := c.deposit(ctx, k, drain)
+	if err != nil {
+		res.Outcome = OutcomeOf(err)
+	}
+	return ItemResult{Line: it.Line, Result: res, Err: err}
+}

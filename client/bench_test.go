@@ -1,0 +1,179 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
+)
+
+func benchPayload(run string, i int) []byte {
+	return fmt.Appendf(nil, `{"title":"Series %s-%d","creators":["Vega, A.","Ng, B."],"year":2026,"size":%d.25,"keywords":["reef","temperature","time series"]}`, run, i, i)
+}
+
+// BenchmarkDeposit compares the client (keys, store, classification, retries
+// armed) with a plain net/http loop that sends the same canonical bodies to
+// the same server with If-None-Match: * over a keep-alive client, at the same
+// concurrency. One op is one new record.
+func BenchmarkDeposit(b *testing.B) {
+	for _, latency := range []time.Duration{0, 2 * time.Millisecond} {
+		for _, conc := range []int{1, 8} {
+			name := fmt.Sprintf("latency=%s/concurrency=%d", latency, conc)
+			b.Run("client/"+name, func(b *testing.B) { benchClient(b, conc, latency) })
+			b.Run("plain/"+name, func(b *testing.B) { benchPlain(b, conc, latency) })
+		}
+	}
+}
+
+var benchRun atomic.Int64
+
+func benchClient(b *testing.B, conc int, latency time.Duration) {
+	srv, err := repotest.NewServer(repotest.Config{Latency: latency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	store, err := dedup.Open(filepath.Join(b.TempDir(), "deposit.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	c, err := New(Config{Endpoint: srv.URL, Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := fmt.Sprint(benchRun.Add(1))
+	b.ResetTimer()
+	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
+		for i := range b.N {
+			if !yield(Item{Line: int64(i), Payload: benchPayload(run, i)}) {
+				return
+			}
+		}
+	}, BatchOptions{Concurrency: conc})
+	b.StopTimer()
+	if err != nil || sum.Created != b.N {
+		b.Fatalf("created %d of %d: %v", sum.Created, b.N, err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
+}
+
+func benchPlain(b *testing.B, conc int, latency time.Duration) {
+	srv, err := repotest.NewServer(repotest.Config{Latency: latency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	run := fmt.Sprint(benchRun.Add(1))
+	type req struct {
+		key  string
+		body []byte
+	}
+	reqs := make([]req, b.N)
+	for i := range reqs {
+		body, err := canonical.JCS(benchPayload(run, i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs[i] = req{canonical.Key(body), body}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	hc := &http.Client{Transport: t}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(reqs) {
+					return
+				}
+				r, _ := http.NewRequest(http.MethodPut, srv.URL+"/"+reqs[i].key, bytes.NewReader(reqs[i].body))
+				r.Header.Set("If-None-Match", "*")
+				r.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(r)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					b.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
+}
+
+// BenchmarkReplay replays 100,000 finished items: every one is answered from
+// the store, with no request.
+func BenchmarkReplay(b *testing.B) {
+	const n = 100_000
+	srv, err := repotest.NewServer(repotest.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	store, err := dedup.Open(filepath.Join(b.TempDir(), "deposit.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	c, err := New(Config{Endpoint: srv.URL, Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payloads := make([][]byte, n)
+	batch := map[string]dedup.Confirmation{}
+	for i := range payloads {
+		payloads[i] = benchPayload("replay", i)
+		k, err := c.Key(payloads[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch[k.Key] = dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: fmt.Sprintf("10.5072/r%d", i), Status: 201}
+		if len(batch) == 5000 || i == n-1 {
+			if _, err := store.CompleteMany(context.Background(), c.Target(), batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = map[string]dedup.Confirmation{}
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
+			for i, p := range payloads {
+				if !yield(Item{Line: int64(i), Payload: p}) {
+					return
+				}
+			}
+		}, BatchOptions{Concurrency: 8})
+		if err != nil || sum.Replayed != n || sum.Requests != 0 {
+			b.Fatalf("replayed %d of %d with %d requests: %v", sum.Replayed, n, sum.Requests, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "items/s")
+	if got := srv.Stats().Requests; got != 0 {
+		b.Fatalf("%d requests during replay", got)
+	}
+}

@@ -1,0 +1,34 @@
+// Package client provides exactly-once deposits: given a payload, it makes
+// sure one record exists for it on the server and returns its identifier,
+// whatever the network does.
+//
+// A deposit is "ensure a record exists for this key", not "create a record".
+// The key is the SHA-256 of the payload's canonical bytes (package
+// canonical), so every process on every machine computes the same key. Each
+// deposit follows one order: look the key up in the store (package dedup; a
+// finished key is answered from there with no request), record the intent
+// (pending: outcome unknown), send the conditional write, classify the
+// answer per the protocol table, and record the outcome only after the
+// server confirmed it. A retry, a crash, a second process: none can create a
+// second record, because the server arbitrates (If-None-Match: * or an
+// Idempotency-Key) and "already exists" is a success.
+//
+// [New] builds a [Client] from a [Config]; [Client.Deposit] deposits one
+// payload and [Client.Run] a stream of them with bounded concurrency, which
+// is what batch programs embed. Errors say what to do with an item:
+// [ErrInvalid] (fix the input), [ErrTerminal] (the server refused it; see
+// the [HTTPError]), [ErrStopRun] (stop everything: credentials, endpoint),
+// [ErrUnresolved] (run again; nothing can be created twice).
+//
+// Retries go through github.com/hashicorp/go-retryablehttp, with its
+// CheckRetry and Backoff hooks driven by package backoff: capped, jittered
+// waits that honour Retry-After, an attempt limit and an elapsed limit per
+// deposit, and a retry budget shared by every deposit of the client. The
+// last answer is never lost, and nothing is logged unless a Logger is given.
+//
+// Under the idempotency-key protocol, correctness rests on the server's own
+// limits: it holds while the server keeps completed keys (the IRI reference:
+// 24 h) and while its in-flight lock outlives the request (IRI: 60 s, not
+// renewed). Resuming an uncertain item older than Config.Retention logs a
+// warning that names it.
+package client

@@ -1,0 +1,58 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Sentinel errors. Every error a deposit returns wraps at most one of the
+// first five, so a caller can decide what to do with the item:
+//
+//   - ErrInvalid: the payload is not valid input; nothing was sent.
+//   - ErrTerminal: the server refused the payload for good (validation, a
+//     key reused with another payload, ...); it is recorded as failed and not
+//     sent again unless the caller asks (RetryFailed).
+//   - ErrStopRun: the answer concerns every item, not this one (credentials,
+//     endpoint, a server without idempotency support); stop the batch.
+//   - ErrUnresolved: the outcome is unknown (retries, time or budget ran
+//     out, or the run was interrupted); the intent stays recorded as pending
+//     and a later run settles it safely.
+//   - ErrSettingsMismatch: the store holds keys made with other settings.
+var (
+	ErrInvalid          = errors.New("invalid payload")
+	ErrTerminal         = errors.New("refused by the server")
+	ErrStopRun          = errors.New("run stopped")
+	ErrUnresolved       = errors.New("outcome unresolved")
+	ErrSettingsMismatch = errors.New("key settings differ from those recorded for this target")
+
+	// ErrUnreachable wraps ErrStopRun: the endpoint gave no answer at all
+	// before the first item ran out of retries.
+	ErrUnreachable = fmt.Errorf("%w: endpoint unreachable", ErrStopRun)
+	// ErrInterrupted wraps ErrUnresolved: the batch was asked to stop while
+	// this item was in flight or waiting.
+	ErrInterrupted = fmt.Errorf("%w: interrupted", ErrUnresolved)
+)
+
+// HTTPError is an answer from the server that was not a success. Retrieve it
+// with errors.As; it unwraps to nothing, the classification (ErrTerminal,
+// ErrStopRun, ErrUnresolved) wraps it.
+type HTTPError struct {
+	Method     string
+	URL        string // redacted: no user info, no query
+	StatusCode int
+	// Problem is the server's problem detail (RFC 9457 title and detail, or
+	// the first line of the body), at most a few hundred bytes.
+	Problem string
+	// RetryAfter is the server's Retry-After, zero when absent or invalid.
+	RetryAfter time.Duration
+}
+
+func (e *HTTPError) Error() string {
+	msg := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Problem != "" {
+		msg += ": " + e.Problem
+	}
+	return msg
+}

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/depositkit/deposit/dedup"
+)
+
+// lookups coalesces concurrent store look-ups into one LookupMany query: the
+// first caller to arrive while no query runs becomes the leader and queries
+// for everyone queued, again and again until the queue is empty. A batch of
+// eight keys costs little more than one key, so replaying a finished batch
+// at concurrency 8 is bound by the store's per-row work, not its per-query
+// overhead. A lone caller pays one extra mutex round, nothing more.
+type lookups struct {
+	store  dedup.Store
+	target string
+
+	mu      sync.Mutex
+	queue   []*lookupCall
+	running bool
+}
+
+type lookupCall struct {
+	key  string
+	rec  dedup.Record
+	err  error
+	done chan struct{}
+}
+
+// lookup returns the record of key, or an error wrapping dedup.ErrNotFound.
+func (l *lookups) lookup(ctx context.Context, key string) (dedup.Record, error) {
+	call := &lookupCall{key: key, done: make(chan struct{})}
+	l.mu.Lock()
+	l.queue = append(l.queue, call)
+	if l.running {
+		l.mu.Unlock()
+		select {
+		case <-call.done:
+			return call.rec, call.err
+		case <-ctx.Done():
+			return dedup.Record{}, ctx.Err()
+		}
+	}
+	l.running = true
+	for len(l.queue) > 0 {
+		batch := l.queue
+		l.queue = nil
+		l.mu.Unlock()
+		l.run(batch)
+		l.mu.Lock()
+	}
+	l.running = false
+	l.mu.Unlock()
+	return call.rec, call.err
+}
+
+// run answers one batch. The query runs on a context of its own: it answers
+// other callers too, and a read is bounded by the store's busy timeout.
+func (l *lookups) run(batch []*lookupCall) {
+	keys := make([]string, len(batch))
+	for i, c := range batch {
+		keys[i] = c.key
+	}
+	var (
+		recs map[string]dedup.Record
+		err  error
+	)
+	if len(keys) == 1 {
+		var rec dedup.Record
+		rec, err = l.store.Lookup(context.Background(), l.target, keys[0])
+		if err == nil {
+			recs = map[string]dedup.Record{keys[0]: rec}
+		}
+	} else {
+		recs, err = l.store.LookupMany(context.Background(), l.target, keys)
+	}
+	for _, c := range batch {
+		switch rec, ok := recs[c.key]; {
+		case err != nil && !(len(keys) == 1 && isNotFound(err)):
+			c.err = err
+		case ok:
+			c.rec = rec
+		default:
+			c.err = dedup.ErrNotFound
+		}
+		close(c.done)
+	}
+}
+
+func isNotFound(err error) bool { return errors.Is(err, dedup.ErrNotFound) }

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/internal/peertest"
+)
+
+// These tests run the storage profiles against the programs users run
+// (internal/peertest starts them on 127.0.0.1). They skip, saying what to
+// install, where a program is missing; CI installs them with .ci/peers and
+// sets DEPOSIT_REQUIRE_PEERS=1, which makes a skip a failure.
+
+// versityAWS is the signing configuration of a versitygw server.
+func versityAWS(s peertest.S3) *AWSCredentials {
+	return &AWSCredentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey, Region: s.Region}
+}
+
+// peerClient is a client with its own fresh store.
+func peerClient(t testing.TB, endpoint string, proto Protocol, aws *AWSCredentials) *Client {
+	t.Helper()
+	c, err := New(Config{Endpoint: endpoint, Protocol: proto, Store: storageStore(t), Retry: quickRetry, AWS: aws})
+	require.NoError(t, err)
+	return c
+}
+
+// get fetches url with hc and returns the status and body.
+func get(t *testing.T, hc *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := hc.Get(url)
+	require.NoError(t, err)
+	body := readAnswer(resp)
+	return resp.StatusCode, string(body)
+}
+
+func TestWebDAVOnApache(t *testing.T) {
+	t.Parallel()
+	base := peertest.Apache(t)
+	req, err := http.NewRequest("MKCOL", base+"/records", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	readAnswer(resp)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	t.Run("the first deposit creates, a second with a fresh store finds it existing", func(t *testing.T) {
+		ctx := context.Background()
+		first, err := peerClient(t, base+"/records", ProtocolWebDAV, nil).Deposit(ctx, []byte(storagePayload))
+		require.NoError(t, err)
+		require.Equal(t, OutcomeCreated, first.Outcome)
+		require.Equal(t, http.StatusCreated, first.Status)
+		require.Equal(t, base+"/records/"+first.Key, first.Identifier)
+
+		second, err := peerClient(t, base+"/records", ProtocolWebDAV, nil).Deposit(ctx, []byte(`{"year":2024, "title":"Kelp Canopy Survey"}`))
+		require.NoError(t, err)
+		require.Equal(t, OutcomeExisting, second.Outcome)
+		require.Equal(t, http.StatusPreconditionFailed, second.Status)
+		require.Equal(t, first.Identifier, second.Identifier)
+		require.Equal(t, 1, second.Requests, "no read-back: a storage target mints nothing")
+
+		status, body := get(t, http.DefaultClient, first.Identifier)
+		require.Equal(t, http.StatusOK, status)
+		require.JSONEq(t, storagePayload, body)
+	})
+
+	t.Run("a missing collection stops the run and says so", func(t *testing.T) {
+		c := peerClient(t, base+"/missing", ProtocolWebDAV, nil)
+		sum, err := c.Run(context.Background(), payloadItems(3, "missing"), BatchOptions{Concurrency: 1})
+		require.ErrorIs(t, err, ErrStopRun)
+		require.ErrorContains(t, err, "409 Conflict: the collection "+base+"/missing/ does not exist: create it or fix --endpoint")
+		require.Equal(t, 0, sum.Created+sum.Failed, "nothing created, nothing recorded as failed")
+	})
+}
+
+// payloadItems yields n distinct payloads of a run named run.
+func payloadItems(n int, run string) iter.Seq[Item] {
+	return func(yield func(Item) bool) {
+		for i := range n {
+			p := fmt.Sprintf(`{"run":%q,"n":%d,"title":"Sample %d"}`, run, i, i)
+			if !yield(Item{Line: int64(i + 1), Payload: []byte(p)}) {
+				return
+			}
+		}
+	}
+}
+
+func TestS3OnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	bucket := s.Endpoint + "/" + s.Bucket
+
+	t.Run("sixteen writers of one key: exactly one creates, the others find it existing", func(t *testing.T) {
+		const writers = 16
+		clients := make([]*Client, writers)
+		for i := range clients {
+			clients[i] = peerClient(t, bucket, ProtocolS3, versityAWS(s))
+		}
+		results := make([]Result, writers)
+		errs := make([]error, writers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, c := range clients {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = c.Deposit(context.Background(), []byte(`{"title":"Contended","writers":16}`))
+			})
+		}
+		close(start)
+		wg.Wait()
+		outcomes := map[Outcome]int{}
+		for i := range writers {
+			require.NoError(t, errs[i])
+			outcomes[results[i].Outcome]++
+			require.Equal(t, results[0].Identifier, results[i].Identifier)
+		}
+		require.Equal(t, map[Outcome]int{OutcomeCreated: 1, OutcomeExisting: writers - 1}, outcomes)
+	})
+
+	t.Run("a batch of 1000 objects, then its replay with zero requests", func(t *testing.T) {
+		c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+		const n = 1000
+		sum, err := c.Run(context.Background(), payloadItems(n, "batch"), BatchOptions{Concurrency: 16})
+		require.NoError(t, err)
+		require.Equal(t, n, sum.Created)
+		require.Equal(t, n, sum.Requests)
+
+		replay, err := c.Run(context.Background(), payloadItems(n, "batch"), BatchOptions{Concurrency: 16})
+		require.NoError(t, err)
+		require.Equal(t, n, replay.Replayed)
+		require.Equal(t, 0, replay.Requests)
+
+		// A fresh store finds every object existing: the server itself
+		// refused the second create.
+		again, err := peerClient(t, bucket, ProtocolS3, versityAWS(s)).Run(context.Background(), payloadItems(20, "batch"), BatchOptions{Concurrency: 4})
+		require.NoError(t, err)
+		require.Equal(t, 20, again.Existing)
+	})
+
+	t.Run("the object holds the canonical bytes", func(t *testing.T) {
+		c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+		res, err := c.Deposit(context.Background(), []byte(`{ "b": 2, "a": 1 }`))
+		require.NoError(t, err)
+		signed, err := signingHTTPClient(nil, versityAWS(s))
+		require.NoError(t, err)
+		status, body := get(t, signed, res.Identifier)
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, `{"a":1,"b":2}`, body)
+	})
+
+	t.Run("a wrong secret stops the run with the server's reason", func(t *testing.T) {
+		aws := versityAWS(s)
+		aws.SecretAccessKey += "x"
+		_, err := peerClient(t, bucket, ProtocolS3, aws).Deposit(context.Background(), []byte(storagePayload))
+		require.ErrorIs(t, err, ErrStopRun)
+		require.ErrorContains(t, err, "403 Forbidden: SignatureDoesNotMatch")
+	})
+
+	t.Run("a missing bucket stops the run", func(t *testing.T) {
+		_, err := peerClient(t, s.Endpoint+"/no-such-bucket", ProtocolS3, versityAWS(s)).Deposit(context.Background(), []byte(storagePayload))
+		require.ErrorIs(t, err, ErrStopRun)
+		require.ErrorContains(t, err, "NoSuchBucket")
+	})
+}
+
+func TestCouchDBOnPouchDB(t *testing.T) {
+	t.Parallel()
+	db := peertest.PouchDB(t)
+	ctx := context.Background()
+
+	first, err := peerClient(t, db, ProtocolCouchDB, nil).Deposit(ctx, []byte(storagePayload))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, first.Outcome)
+	require.Equal(t, http.StatusCreated, first.Status)
+	require.Equal(t, db+"/"+first.Key, first.Identifier)
+
+	second, err := peerClient(t, db, ProtocolCouchDB, nil).Deposit(ctx, []byte(storagePayload))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeExisting, second.Outcome)
+	require.Equal(t, http.StatusConflict, second.Status)
+	require.Equal(t, first.Identifier, second.Identifier)
+	require.Equal(t, 1, second.Requests)
+
+	status, body := get(t, http.DefaultClient, first.Identifier)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"_id":"`+first.Key+`"`)
+	require.Contains(t, body, `"title":"Kelp Canopy Survey"`)
+}
+
+func TestProbeOnRealServers(t *testing.T) {
+	t.Parallel()
+	type target struct {
+		cfg    Config
+		reader *http.Client // reads the probe URL after the probe; nil: plain
+	}
+	tests := []struct {
+		name    string
+		start   func(t *testing.T) target
+		verdict ProbeVerdict
+		first   int
+		second  int
+	}{
+		{"apache mod_dav honours If-None-Match", func(t *testing.T) target {
+			return target{cfg: Config{Endpoint: peertest.Apache(t), Protocol: ProtocolWebDAV}}
+		}, ProbeHonoured, 201, 412},
+		{"nginx dav ignores If-None-Match: created twice", func(t *testing.T) target {
+			return target{cfg: Config{Endpoint: peertest.Nginx(t), Protocol: ProtocolPut}}
+		}, ProbeIgnored, 201, 204},
+		{"versitygw honours If-None-Match", func(t *testing.T) target {
+			s := peertest.Versity(t)
+			signed, err := signingHTTPClient(nil, versityAWS(s))
+			require.NoError(t, err)
+			return target{cfg: Config{Endpoint: s.Endpoint + "/" + s.Bucket, Protocol: ProtocolS3, AWS: versityAWS(s)}, reader: signed}
+		}, ProbeHonoured, 200, 412},
+		{"pouchdb-server refuses a second create with 409", func(t *testing.T) target {
+			return target{cfg: Config{Endpoint: peertest.PouchDB(t), Protocol: ProtocolCouchDB}}
+		}, ProbeHonoured, 201, 409},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tg := tt.start(t)
+			p, err := NewProbe(tg.cfg)
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(p.URL, strings.TrimRight(tg.cfg.Endpoint, "/")+"/deposit-probe-"), p.URL)
+			rep, err := p.Run(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, tt.verdict, rep.Verdict)
+			require.Equal(t, tt.first, rep.First)
+			require.Equal(t, tt.second, rep.Second)
+			require.True(t, rep.Deleted, "deleted: %s", rep.DeleteProblem)
+			reader := tg.reader
+			if reader == nil {
+				reader = http.DefaultClient
+			}
+			status, _ := get(t, reader, p.URL)
+			require.Equal(t, http.StatusNotFound, status, "the probe record is gone")
+		})
+	}
+
+	t.Run("a missing WebDAV collection is reported as such", func(t *testing.T) {
+		t.Parallel()
+		p, err := NewProbe(Config{Endpoint: peertest.Apache(t) + "/missing", Protocol: ProtocolWebDAV})
+		require.NoError(t, err)
+		rep, err := p.Run(context.Background())
+		require.ErrorIs(t, err, ErrStopRun)
+		require.ErrorContains(t, err, "does not exist: create it or fix --endpoint")
+		require.Equal(t, http.StatusConflict, rep.First)
+		require.Equal(t, 0, rep.Second)
+	})
+}
+
+// BenchmarkS3Deposit measures signed deposits against versitygw, so the cost
+// of SigV4 shows beside the server's own: one new object per deposit.
+func BenchmarkS3Deposit(b *testing.B) {
+	s := peertest.Versity(b)
+	for _, conc := range []int{1, 8} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			c := peerClient(b, s.Endpoint+"/"+s.Bucket, ProtocolS3, versityAWS(s))
+			run := fmt.Sprintf("bench-%d-%d", conc, b.N)
+			b.ResetTimer()
+			sum, err := c.Run(context.Background(), payloadItems(b.N, run), BatchOptions{Concurrency: conc})
+			b.StopTimer()
+			if err != nil || sum.Created != b.N {
+				b.Fatalf("created %d of %d: %v", sum.Created, b.N, err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
+		})
+	}
+}
+
+// BenchmarkSigV4 is the signing alone: what each S3 attempt adds.
+func BenchmarkSigV4(b *testing.B) {
+	hc, err := signingHTTPClient(&http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})}, testAWS)
+	require.NoError(b, err)
+	req, err := http.NewRequest(http.MethodPut, "http://127.0.0.1:9000/bucket/0123456789abcdef", nil)
+	require.NoError(b, err)
+	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
+	req.Header.Set("If-None-Match", "*")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := hc.Transport.RoundTrip(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,126 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestProbeVerdicts(t *testing.T) {
+	tests := []struct {
+		name     string
+		proto    Protocol
+		script   []storageAnswer // the answers in order: write, write, [read-back], delete
+		verdict  ProbeVerdict
+		sentinel error
+		meaning  string
+		methods  string
+		deleted  bool
+	}{
+		{"201 then 412 is honoured", ProtocolPut, []storageAnswer{{status: 201}, {status: 412}, {status: 204}},
+			ProbeHonoured, nil, "", "PUT PUT DELETE", true},
+		{"201 then 204 is ignored", ProtocolPut, []storageAnswer{{status: 201}, {status: 204}, {status: 204}},
+			ProbeIgnored, nil, "", "PUT PUT DELETE", true},
+		{"put 409 that reads back is honoured", ProtocolPut, []storageAnswer{{status: 201}, {status: 409}, {status: 200}, {status: 204}},
+			ProbeHonoured, nil, "", "PUT PUT GET DELETE", true},
+		{"put 409 that does not read back is unresolved", ProtocolPut, []storageAnswer{{status: 201}, {status: 409}, {status: 404}, {status: 204}},
+			"", ErrUnresolved, "does not read back", "PUT PUT GET DELETE", true},
+		{"a refused delete is reported, the verdict stands", ProtocolPut, []storageAnswer{{status: 201}, {status: 412}, {status: 405}},
+			ProbeHonoured, nil, "", "PUT PUT DELETE", false},
+		{"401 names the credentials", ProtocolPut, []storageAnswer{{status: 401}},
+			"", ErrStopRun, "the server refused the credentials", "PUT", false},
+		{"s3 403 names the AWS variables", ProtocolS3, []storageAnswer{s3Err(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")},
+			"", ErrStopRun, "check AWS_ACCESS_KEY_ID", "PUT", false},
+		{"couchdb 404 names the database", ProtocolCouchDB, []storageAnswer{{status: 404, body: `{"error":"not_found","reason":"Database does not exist."}`}},
+			"", ErrStopRun, "no such database", "PUT", false},
+		{"405 says the URL is not writable", ProtocolPut, []storageAnswer{{status: 405}},
+			"", ErrTerminal, "not a writable collection", "PUT", false},
+		{"a first write answered exists is not a verdict", ProtocolPut, []storageAnswer{{status: 412}},
+			"", ErrStopRun, "answered as if the record existed", "PUT", false},
+		{"a 500 on the second write is unresolved and the record is deleted", ProtocolPut, []storageAnswer{{status: 201}, {status: 500}, {status: 204}},
+			"", ErrUnresolved, "the server failed", "PUT PUT DELETE", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newStorageServer(t, tt.script...)
+			p, err := NewProbe(Config{Endpoint: srv.URL + "/records", Protocol: tt.proto, AWS: testAWS,
+				Header: http.Header{"Authorization": {"Bearer secret"}}})
+			require.NoError(t, err)
+			rep, err := p.Run(context.Background())
+			var methods []string
+			for _, r := range srv.requests() {
+				methods = append(methods, r.Method)
+				require.Equal(t, "/records/"+strings.TrimPrefix(p.URL, srv.URL+"/records/"), r.URL.Path)
+				if tt.proto != ProtocolS3 { // s3: the signature is the Authorization
+					require.Equal(t, "Bearer secret", r.Header.Get("Authorization"))
+				}
+			}
+			require.Equal(t, tt.methods, strings.Join(methods, " "))
+			require.Equal(t, tt.deleted, rep.Deleted)
+			if tt.sentinel == nil {
+				require.NoError(t, err)
+				require.Equal(t, tt.verdict, rep.Verdict)
+				if !tt.deleted {
+					require.Contains(t, rep.DeleteProblem, "405 Method Not Allowed")
+				}
+				return
+			}
+			require.ErrorIs(t, err, tt.sentinel)
+			require.ErrorContains(t, err, tt.meaning)
+			require.Equal(t, ProbeVerdict(""), rep.Verdict)
+		})
+	}
+}
+
+func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
+	srv := newStorageServer(t, storageAnswer{status: 201}, storageAnswer{status: 412}, storageAnswer{status: 204})
+	p, err := NewProbe(Config{Endpoint: srv.URL})
+	require.NoError(t, err)
+	require.Regexp(t, `^`+srv.URL+`/deposit-probe-[0-9a-f]{16}$`, p.URL)
+	_, err = p.Run(context.Background())
+	require.NoError(t, err)
+	reqs := srv.requests()
+	require.Equal(t, "*", reqs[0].Header.Get("If-None-Match"))
+	require.Equal(t, reqs[0].URL.Path, reqs[1].URL.Path)
+	require.Equal(t, string(p.Body), string(srv.bodies[0]))
+	require.Equal(t, string(p.Body), string(srv.bodies[1]))
+
+	other, err := NewProbe(Config{Endpoint: srv.URL})
+	require.NoError(t, err)
+	require.NotEqual(t, p.URL, other.URL, "every probe has a new name")
+}
+
+func TestProbeDeletesACouchDBDocumentByItsRevision(t *testing.T) {
+	srv := newStorageServer(t, storageAnswer{status: 201, body: `{"ok":true,"id":"x","rev":"1-abc"}`},
+		storageAnswer{status: 409, body: `{"error":"conflict"}`}, storageAnswer{status: 200, body: `{"ok":true}`})
+	p, err := NewProbe(Config{Endpoint: srv.URL + "/db", Protocol: ProtocolCouchDB})
+	require.NoError(t, err)
+	rep, err := p.Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, ProbeHonoured, rep.Verdict)
+	require.True(t, rep.Deleted)
+	require.Equal(t, "rev=1-abc", srv.requests()[2].URL.RawQuery)
+}
+
+func TestProbeOfAnUnreachableEndpointIsUnresolved(t *testing.T) {
+	srv := newStorageServer(t, storageAnswer{status: 201})
+	url := srv.URL
+	srv.Close()
+	p, err := NewProbe(Config{Endpoint: url})
+	require.NoError(t, err)
+	rep, err := p.Run(context.Background())
+	require.ErrorIs(t, err, ErrUnresolved)
+	require.ErrorContains(t, err, "no answer from the endpoint")
+	require.Equal(t, 0, rep.First)
+	var herr *HTTPError
+	require.False(t, errors.As(err, &herr))
+}
+
+func TestProbeRefusesProtocolsWithoutAConditionalCreate(t *testing.T) {
+	_, err := NewProbe(Config{Endpoint: "http://127.0.0.1:1", Protocol: ProtocolIdempotencyKey})
+	require.ErrorContains(t, err, "no conditional create to probe")
+}

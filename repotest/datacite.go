@@ -1,0 +1,722 @@
+package repotest
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DataCiteConfig configures a DataCite stub. The zero value mints under the
+// test prefix 10.5072, asks for no credentials and injects no faults.
+// NewDataCite copies it; later changes have no effect.
+type DataCiteConfig struct {
+	// Prefixes are the DOI prefixes the repository may mint under; default
+	// ["10.5072"]. A DOI under another prefix is a 403.
+	Prefixes []string
+	// Username and Password, when Username is set, are the repository ID
+	// and password every write, and every read of a draft, must carry as
+	// HTTP basic auth. Wrong credentials are a 401 on any request.
+	Username, Password string
+	// Faults is a fault spec in the grammar of FaultsHelp; "" injects none.
+	// Creates (POST /dois) are numbered per DOI (per body when only a
+	// prefix is given), updates (PUT) and reads (GET, with the reads rule)
+	// per DOI apart.
+	Faults string
+	// Seed selects the fault sequence and the random suffixes.
+	Seed int64
+	// Latency delays every create and update before it commits.
+	Latency time.Duration
+
+	beforeCommit func(doi string) // test seam: a create is about to wait and commit
+	onWait       func(doi string) // test seam: a create waits for another one of the same DOI
+}
+
+// DataCiteDOI is one DOI the stub holds.
+type DataCiteDOI struct {
+	DOI   string // lower case
+	State string // "draft", "registered" or "findable"
+	// Attributes are the DOI's attributes as the stub answers them: those
+	// sent, merged over updates, plus doi, prefix, suffix and state.
+	Attributes json.RawMessage
+	Created    time.Time
+}
+
+// DataCiteStats counts what a DataCite stub did. All counts start at zero.
+type DataCiteStats struct {
+	Requests  int64 // requests received, faulted and refused ones included
+	Minted    int64 // DOIs created, by POST or by a PUT to a new DOI
+	Taken     int64 // 422 "This DOI has already been taken" answers
+	Conflicts int64 // 409 answers: a create that lost a race for its DOI
+	Updates   int64 // PUTs to an existing DOI
+	// EventRequests counts creates and updates carrying an event that
+	// committed; Events counts those that moved a DOI to another state.
+	EventRequests, Events int64
+	Faults                int64 // faults injected, all kinds
+	// FaultsByKind counts injected faults by kind as written in the spec. It
+	// is a copy.
+	FaultsByKind map[string]int64
+}
+
+// DataCite is a stub of DataCite's REST API (the /dois resource) as an
+// http.Handler, following the behaviour a deposit client must survive:
+//
+//   - POST /dois with a JSON:API body {"data":{"type":"dois","attributes":
+//     {...}}} creates a draft DOI and answers 201 with the DOI as JSON:API.
+//     With attributes.prefix and no attributes.doi it picks a random suffix,
+//     so every such request mints a new DOI. With a doi that exists it
+//     answers 422 {"errors":[{"source":"doi","title":"This DOI has already
+//     been taken","uid":"<doi>"}]}. A create that arrives while another
+//     create of the same DOI is committing waits for it, and then answers
+//     409 {"errors":[{"status":"409","title":"The resource already
+//     exists."}]}, as the database's unique index makes the second of two
+//     racing creators fail.
+//   - PUT /dois/{doi} is an upsert: 201 when it creates, 200 when it
+//     updates (top-level attributes replaced).
+//   - attributes.event moves a DOI: register (draft to registered), publish
+//     (draft or registered to findable), hide (findable to registered);
+//     another event for the state changes nothing. Register and publish
+//     need url, creators, titles, publisher, publicationYear and types: a
+//     422 names each missing one.
+//   - GET /dois/{doi} answers 200 with the DOI, or 404. Drafts are visible
+//     only with the credentials.
+//   - DOIs are case-insensitive and stored lower case.
+//   - Faults (Config.Faults) apply to creates, updates and, with the reads
+//     rule, reads: 429 and 503 with or without Retry-After, 5xx, reset,
+//     drop after commit (the 422 "taken" answer included), slow bodies.
+//
+// What it leaves out: one repository with one set of credentials (a DOI
+// another repository owns is simulated by one this repository created
+// without the client's key); no listing, search, deletion, XML, content
+// negotiation or Fabrica; no schema validation beyond the attributes above;
+// no real rate limit (429 only as an injected fault); no persistence. A PUT
+// racing a create of the same DOI is not serialised against it.
+//
+// DataCite is safe for concurrent use.
+type DataCite struct {
+	cfg    DataCiteConfig
+	faults Faults
+	done   chan struct{}
+
+	mu       sync.Mutex
+	closed   bool
+	dois     map[string]*dcRecord
+	order    []*dcRecord
+	inflight map[string]chan struct{} // DOI -> closed when its create ends
+	attempts map[string]int           // class + "\x00" + DOI -> requests
+	seq      uint64                   // random suffixes drawn
+	stats    DataCiteStats
+}
+
+type dcRecord struct {
+	doi     string
+	state   string
+	attrs   map[string]any
+	created time.Time
+	updated time.Time
+}
+
+// NewDataCite returns a DataCite stub for cfg.
+func NewDataCite(cfg DataCiteConfig) (*DataCite, error) {
+	faults, err := ParseFaults(cfg.Faults)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Latency < 0 {
+		return nil, fmt.Errorf("%w: latency must not be negative", ErrConfig)
+	}
+	if len(cfg.Prefixes) == 0 {
+		cfg.Prefixes = []string{"10.5072"}
+	}
+	cfg.Prefixes = slices.Clone(cfg.Prefixes)
+	for i, p := range cfg.Prefixes {
+		cfg.Prefixes[i] = strings.ToLower(p)
+	}
+	return &DataCite{
+		cfg: cfg, faults: faults, done: make(chan struct{}),
+		dois: map[string]*dcRecord{}, inflight: map[string]chan struct{}{}, attempts: map[string]int{},
+		stats: DataCiteStats{FaultsByKind: map[string]int64{}},
+	}, nil
+}
+
+// Close ends every wait; later requests get 503. Close is idempotent.
+func (d *DataCite) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.closed = true
+		close(d.done)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the counters.
+func (d *DataCite) Stats() DataCiteStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.stats
+	s.FaultsByKind = maps.Clone(d.stats.FaultsByKind)
+	return s
+}
+
+// DOIs returns every DOI, in creation order.
+func (d *DataCite) DOIs() []DataCiteDOI {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]DataCiteDOI, len(d.order))
+	for i, r := range d.order {
+		out[i] = DataCiteDOI{DOI: r.doi, State: r.state, Attributes: r.attributes(), Created: r.created}
+	}
+	return out
+}
+
+// ServeHTTP answers one request of the /dois API.
+func (d *DataCite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.mu.Lock()
+	d.stats.Requests++
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		dcError(w, http.StatusServiceUnavailable, "", "The server is closed.")
+		return
+	}
+	authed := d.cfg.Username == ""
+	if !authed {
+		user, pass, ok := r.BasicAuth()
+		if ok || r.Header.Get("Authorization") != "" {
+			if !ok || user != d.cfg.Username || pass != d.cfg.Password {
+				dcError(w, http.StatusUnauthorized, "", "Bad credentials.")
+				return
+			}
+			authed = true
+		}
+	}
+	path := r.URL.Path
+	switch {
+	case path == "/dois" && r.Method == http.MethodPost:
+		if !authed {
+			dcError(w, http.StatusUnauthorized, "", "Bad credentials.")
+			return
+		}
+		d.create(w, r)
+	case strings.HasPrefix(path, "/dois/") && len(path) > len("/dois/"):
+		doi := strings.ToLower(strings.TrimPrefix(path, "/dois/"))
+		switch r.Method {
+		case http.MethodGet:
+			d.read(w, r, doi, authed)
+		case http.MethodPut:
+			if !authed {
+				dcError(w, http.StatusUnauthorized, "", "Bad credentials.")
+				return
+			}
+			d.update(w, r, doi)
+		default:
+			w.Header().Set("Allow", "GET, PUT")
+			dcError(w, http.StatusMethodNotAllowed, "", "Method not allowed.")
+		}
+	case path == "/dois":
+		w.Header().Set("Allow", "POST")
+		dcError(w, http.StatusMethodNotAllowed, "", "Method not allowed.")
+	default:
+		dcError(w, http.StatusNotFound, "", "The resource you are looking for doesn't exist.")
+	}
+}
+
+// create serves POST /dois.
+func (d *DataCite) create(w http.ResponseWriter, r *http.Request) {
+	attrs, ok := readDOIBody(w, r)
+	if !ok {
+		return
+	}
+	doi, _ := attrs["doi"].(string)
+	doi = strings.ToLower(doi)
+	faultKey := doi
+	if doi == "" {
+		prefix, _ := attrs["prefix"].(string)
+		if prefix == "" {
+			dcErrors(w, http.StatusUnprocessableEntity, []dcErr{{Source: "doi", Title: "Can't be blank"}})
+			return
+		}
+		doi = d.randomDOI(strings.ToLower(prefix))
+		// Numbered by body, so a retry of the same create is attempt 2.
+		canon, _ := json.Marshal(attrs)
+		sum := sha256.Sum256(canon)
+		faultKey = "prefix\x00" + hex.EncodeToString(sum[:])
+	}
+	if !d.allowed(doi) {
+		dcError(w, http.StatusForbidden, "", "You are not authorized to access this resource.")
+		return
+	}
+	ft, faulted := d.draw("create", faultKey)
+	if faulted && d.injectEarly(w, ft) {
+		return
+	}
+	event, _ := attrs["event"].(string)
+	if errs := missingFor(event, attrs, doi); len(errs) > 0 {
+		dcErrors(w, http.StatusUnprocessableEntity, errs)
+		return
+	}
+	for first := true; ; first = false {
+		d.mu.Lock()
+		if _, exists := d.dois[doi]; exists {
+			if first {
+				d.stats.Taken++
+				d.mu.Unlock()
+				body, _ := json.Marshal(map[string]any{"errors": []dcErr{{Source: "doi", Title: "This DOI has already been taken", UID: doi}}})
+				d.finish(w, r, ft, faulted, http.StatusUnprocessableEntity, nil, body)
+				return
+			}
+			// Lost the race to a create that was committing.
+			d.stats.Conflicts++
+			d.mu.Unlock()
+			dcErrors(w, http.StatusConflict, []dcErr{{Status: "409", Title: "The resource already exists."}})
+			return
+		}
+		ch, busy := d.inflight[doi]
+		if !busy {
+			ch = make(chan struct{})
+			d.inflight[doi] = ch
+			d.mu.Unlock()
+			break
+		}
+		d.mu.Unlock()
+		if d.cfg.onWait != nil {
+			d.cfg.onWait(doi)
+		}
+		select {
+		case <-ch:
+		case <-d.done:
+			dcError(w, http.StatusServiceUnavailable, "", "The server is closing.")
+			return
+		}
+	}
+	end := func() {
+		close(d.inflight[doi])
+		delete(d.inflight, doi)
+	}
+	if d.cfg.beforeCommit != nil {
+		d.cfg.beforeCommit(doi)
+	}
+	if !d.wait(d.cfg.Latency + d.faults.latency) {
+		d.mu.Lock()
+		end()
+		d.mu.Unlock()
+		dcError(w, http.StatusServiceUnavailable, "", "The server is closing.")
+		return
+	}
+	d.mu.Lock()
+	rec := d.add(doi, attrs)
+	d.applyEvent(rec, event)
+	end()
+	out := rec.encode()
+	d.mu.Unlock()
+	d.finish(w, r, ft, faulted, http.StatusCreated, http.Header{"Location": {doiURL(r, doi)}}, out)
+}
+
+// update serves PUT /dois/{doi}: an upsert.
+func (d *DataCite) update(w http.ResponseWriter, r *http.Request, doi string) {
+	attrs, ok := readDOIBody(w, r)
+	if !ok {
+		return
+	}
+	if !d.allowed(doi) {
+		dcError(w, http.StatusForbidden, "", "You are not authorized to access this resource.")
+		return
+	}
+	ft, faulted := d.draw("update", doi)
+	if faulted && d.injectEarly(w, ft) {
+		return
+	}
+	delete(attrs, "doi")
+	event, _ := attrs["event"].(string)
+	if !d.wait(d.cfg.Latency + d.faults.latency) {
+		dcError(w, http.StatusServiceUnavailable, "", "The server is closing.")
+		return
+	}
+	d.mu.Lock()
+	rec, exists := d.dois[doi]
+	merged := maps.Clone(attrs)
+	if exists {
+		merged = maps.Clone(rec.attrs)
+		maps.Copy(merged, attrs)
+	}
+	if errs := missingFor(event, merged, doi); len(errs) > 0 {
+		d.mu.Unlock()
+		dcErrors(w, http.StatusUnprocessableEntity, errs)
+		return
+	}
+	status := http.StatusOK
+	if exists {
+		rec.attrs = merged
+		rec.updated = time.Now().UTC()
+		d.stats.Updates++
+	} else {
+		rec = d.add(doi, attrs)
+		status = http.StatusCreated
+	}
+	d.applyEvent(rec, event)
+	out := rec.encode()
+	d.mu.Unlock()
+	d.finish(w, r, ft, faulted, status, nil, out)
+}
+
+// read serves GET /dois/{doi}.
+func (d *DataCite) read(w http.ResponseWriter, r *http.Request, doi string, authed bool) {
+	var ft fault
+	var faulted bool
+	if d.faults.reads {
+		if ft, faulted = d.draw("read", doi); faulted && d.injectEarly(w, ft) {
+			return
+		}
+	}
+	d.mu.Lock()
+	rec, ok := d.dois[doi]
+	var out []byte
+	if ok && (authed || rec.state != "draft") {
+		out = rec.encode()
+	}
+	d.mu.Unlock()
+	if out == nil {
+		dcError(w, http.StatusNotFound, "", "The resource you are looking for doesn't exist.")
+		return
+	}
+	d.finish(w, r, ft, faulted, http.StatusOK, nil, out)
+}
+
+// add stores a new draft DOI. d.mu is held.
+func (d *DataCite) add(doi string, attrs map[string]any) *dcRecord {
+	now := time.Now().UTC()
+	attrs = maps.Clone(attrs)
+	delete(attrs, "doi")
+	delete(attrs, "prefix")
+	delete(attrs, "suffix")
+	rec := &dcRecord{doi: doi, state: "draft", attrs: attrs, created: now, updated: now}
+	d.dois[doi] = rec
+	d.order = append(d.order, rec)
+	d.stats.Minted++
+	return rec
+}
+
+// applyEvent moves rec by event and counts it. d.mu is held.
+func (d *DataCite) applyEvent(rec *dcRecord, event string) {
+	delete(rec.attrs, "event")
+	if event == "" {
+		return
+	}
+	d.stats.EventRequests++
+	next := rec.state
+	switch {
+	case event == "register" && rec.state == "draft":
+		next = "registered"
+	case event == "publish" && (rec.state == "draft" || rec.state == "registered"):
+		next = "findable"
+	case event == "hide" && rec.state == "findable":
+		next = "registered"
+	}
+	if next != rec.state {
+		rec.state = next
+		d.stats.Events++
+	}
+}
+
+// randomDOI draws a DOI under prefix that is not taken, with a suffix
+// shaped like DataCite's ("xxxx-xxxx"). d.mu is not held.
+func (d *DataCite) randomDOI(prefix string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		d.seq++
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], uint64(d.cfg.Seed))
+		binary.BigEndian.PutUint64(b[8:], d.seq)
+		sum := sha256.Sum256(b[:])
+		s := strings.ToLower(base32.StdEncoding.EncodeToString(sum[:5]))
+		doi := prefix + "/" + s[:4] + "-" + s[4:8]
+		if _, taken := d.dois[doi]; !taken {
+			return doi
+		}
+	}
+}
+
+func (d *DataCite) allowed(doi string) bool {
+	prefix, suffix, ok := strings.Cut(doi, "/")
+	return ok && suffix != "" && slices.Contains(d.cfg.Prefixes, prefix)
+}
+
+// missingFor lists the attributes event needs that attrs lacks.
+func missingFor(event string, attrs map[string]any, doi string) []dcErr {
+	if event != "register" && event != "publish" {
+		return nil
+	}
+	var errs []dcErr
+	for _, name := range []string{"url", "creators", "titles", "publisher", "publicationYear", "types"} {
+		if v, ok := attrs[name]; !ok || v == nil || v == "" {
+			errs = append(errs, dcErr{Source: name, Title: "Can't be blank", UID: doi})
+		}
+	}
+	return errs
+}
+
+// draw counts a request for (class, key) and returns its fault, if any.
+func (d *DataCite) draw(class, key string) (fault, bool) {
+	d.mu.Lock()
+	ak := class + "\x00" + key
+	d.attempts[ak]++
+	attempt := d.attempts[ak]
+	d.mu.Unlock()
+	return d.faults.draw(d.cfg.Seed, class, key, attempt)
+}
+
+// injectEarly injects a fault that strikes before anything commits and
+// reports whether it answered the request.
+func (d *DataCite) injectEarly(w http.ResponseWriter, ft fault) bool {
+	switch {
+	case ft.kind == kindReset:
+		d.countFault(ft)
+		hangUp(w)
+		return true
+	case ft.status != 0:
+		d.countFault(ft)
+		if ft.retryAfter >= 0 {
+			if ft.dateAfter {
+				at := time.Now().Add(time.Duration(ft.retryAfter)*time.Second + time.Second - 1)
+				w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
+			} else {
+				w.Header().Set("Retry-After", strconv.Itoa(ft.retryAfter))
+			}
+		}
+		dcError(w, ft.status, strconv.Itoa(ft.status), http.StatusText(ft.status))
+		return true
+	}
+	return false
+}
+
+func (d *DataCite) countFault(ft fault) {
+	d.mu.Lock()
+	d.stats.Faults++
+	d.stats.FaultsByKind[ft.kind]++
+	d.mu.Unlock()
+}
+
+// finish writes a JSON:API answer, unless the fault drops it or trickles it.
+func (d *DataCite) finish(w http.ResponseWriter, r *http.Request, ft fault, faulted bool, status int, hdr http.Header, body []byte) {
+	if faulted && ft.kind == kindDrop {
+		d.countFault(ft)
+		hangUp(w)
+		return
+	}
+	maps.Copy(w.Header(), hdr)
+	w.Header().Set("Content-Type", dcMediaType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	if !(faulted && ft.kind == kindSlow) {
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return
+	}
+	d.countFault(ft)
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	for i := range body {
+		if _, err := w.Write(body[i : i+1]); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		if i < len(body)-1 {
+			select {
+			case <-time.After(ft.every):
+			case <-r.Context().Done():
+				return
+			case <-d.done:
+				return
+			}
+		}
+	}
+}
+
+// wait sleeps for dur unless the stub closes first; a client that gives up
+// does not stop a commit.
+func (d *DataCite) wait(dur time.Duration) bool {
+	if dur <= 0 {
+		return true
+	}
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-d.done:
+		return false
+	}
+}
+
+// attributes are the attributes of rec as answered. d.mu is held.
+func (rec *dcRecord) attributes() json.RawMessage {
+	attrs := maps.Clone(rec.attrs)
+	prefix, suffix, _ := strings.Cut(rec.doi, "/")
+	attrs["doi"], attrs["prefix"], attrs["suffix"], attrs["state"] = rec.doi, prefix, suffix, rec.state
+	attrs["created"], attrs["updated"] = rec.created.Format(time.RFC3339), rec.updated.Format(time.RFC3339)
+	raw, _ := json.Marshal(attrs)
+	return raw
+}
+
+// encode is the JSON:API document of rec. d.mu is held.
+func (rec *dcRecord) encode() []byte {
+	b, _ := json.Marshal(map[string]any{"data": map[string]any{"id": rec.doi, "type": "dois", "attributes": rec.attributes()}})
+	return b
+}
+
+// readDOIBody reads a JSON:API DOI document and returns its attributes.
+func readDOIBody(w http.ResponseWriter, r *http.Request) (map[string]any, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != dcMediaTypeBare && mt != "application/json") {
+			dcError(w, http.StatusUnsupportedMediaType, "", "The content type is not recognized.")
+			return nil, false
+		}
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, DefaultMaxBodyBytes+1))
+	if err != nil || len(raw) > DefaultMaxBodyBytes {
+		dcError(w, http.StatusRequestEntityTooLarge, "", "The payload is too large or could not be read.")
+		return nil, false
+	}
+	var doc struct {
+		Data *struct {
+			Type       string         `json:"type"`
+			Attributes map[string]any `json:"attributes"`
+		} `json:"data"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil || doc.Data == nil || doc.Data.Attributes == nil ||
+		(doc.Data.Type != "" && doc.Data.Type != "dois") {
+		dcError(w, http.StatusBadRequest, "400", "You need to provide a payload following the JSONAPI spec")
+		return nil, false
+	}
+	return doc.Data.Attributes, true
+}
+
+// The media type of DataCite's answers.
+const (
+	dcMediaTypeBare = "application/vnd.api+json"
+	dcMediaType     = dcMediaTypeBare + "; charset=utf-8"
+)
+
+// dcErr is one entry of a JSON:API errors array, shaped as DataCite's.
+type dcErr struct {
+	Status string `json:"status,omitempty"`
+	Source string `json:"source,omitempty"`
+	Title  string `json:"title"`
+	UID    string `json:"uid,omitempty"`
+}
+
+func dcErrors(w http.ResponseWriter, status int, errs []dcErr) {
+	body, _ := json.Marshal(map[string]any{"errors": errs})
+	w.Header().Set("Content-Type", dcMediaType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func dcError(w http.ResponseWriter, status int, code, title string) {
+	if code == "" {
+		code = strconv.Itoa(status)
+	}
+	dcErrors(w, status, []dcErr{{Status: code, Title: title}})
+}
+
+// doiURL is the absolute URL of a DOI.
+func doiURL(r *http.Request, doi string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/dois/" + doi
+}
+
+// DataCiteServer is a DataCite stub listening on 127.0.0.1 with a random
+// port, for tests: point a client's endpoint at URL and Close it. It is safe
+// for concurrent use by multiple goroutines.
+type DataCiteServer struct {
+	// URL is the API root, "http://127.0.0.1:PORT" with no trailing slash:
+	// DOIs are created at URL/dois.
+	URL string
+
+	d      *DataCite
+	srv    *http.Server
+	client *http.Client
+	active sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewDataCiteServer starts a DataCite stub for cfg on 127.0.0.1.
+func NewDataCiteServer(cfg DataCiteConfig) (*DataCiteServer, error) {
+	d, err := NewDataCite(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("repotest: listen: %w", err)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil
+	transport.MaxIdleConnsPerHost = 64
+	s := &DataCiteServer{URL: "http://" + ln.Addr().String(), d: d, client: &http.Client{Transport: transport}}
+	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// serve tracks the request so Close can wait for it.
+func (s *DataCiteServer) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		dcError(w, http.StatusServiceUnavailable, "", "The server is closed.")
+		return
+	}
+	s.active.Add(1)
+	s.mu.Unlock()
+	defer s.active.Done()
+	s.d.ServeHTTP(w, r)
+}
+
+// Client returns an HTTP client for the server. Its idle connections are
+// closed by Close.
+func (s *DataCiteServer) Client() *http.Client { return s.client }
+
+// Stats returns a snapshot of the stub's counters.
+func (s *DataCiteServer) Stats() DataCiteStats { return s.d.Stats() }
+
+// DOIs returns every DOI the stub holds, in creation order.
+func (s *DataCiteServer) DOIs() []DataCiteDOI { return s.d.DOIs() }
+
+// Close ends every wait, closes the listener and every connection, and
+// waits for the handlers to return. Close is idempotent.
+func (s *DataCiteServer) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	_ = s.d.Close()
+	_ = s.srv.Close()
+	s.active.Wait()
+	s.client.CloseIdleConnections()
+}
