@@ -222,7 +222,11 @@ func (c *Client) runItem(ctx context.Context, it Item, drain <-chan struct{}) It
 		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeUnresolved}, Err: ErrInterrupted}
 	default:
 	}
-	res, err := c.deposit(ctx, k, drain)
+	var dir string
+	if it.Dataset != nil {
+		dir = it.Dataset.Dir
+	}
+	res, err := c.deposit(ctx, k, dir, drain)
 	if err != nil {
 		res.Outcome = OutcomeOf(err)
 	}

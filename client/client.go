@@ -317,24 +317,28 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return c.deposit(ctx, k, nil)
+	return c.deposit(ctx, k, "", nil)
 }
 
 // DepositDataset deposits a dataset: metadata (JSON bytes) plus files named
 // relative to dir, keyed on the files' bytes as the design describes. The
-// canonical dataset document (digests, not file bytes) is what is sent.
+// canonical dataset document (digests, not file bytes) is what is sent,
+// except under ProtocolS3, which stores the files too: each streamed as the
+// object {key}/{P}, then the document as {key}.json, written last as the
+// dataset's commit marker and its identifier.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return c.deposit(ctx, k, nil)
+	return c.deposit(ctx, k, dir, nil)
 }
 
 // deposit runs the guarded deposit for one key, sharing the work with
 // concurrent deposits of the same key. drain, when closed, stops retries
-// (the batch is shutting down) without abandoning a request in flight.
-func (c *Client) deposit(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
+// (the batch is shutting down) without abandoning a request in flight. dir
+// is the base folder of a dataset's files, "" for a record.
+func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
 	f, leader := c.flights.join(k.Key)
 	if !leader {
 		select {
@@ -349,7 +353,7 @@ func (c *Client) deposit(ctx context.Context, k canonical.Keyed, drain <-chan st
 		}
 		return res, f.err
 	}
-	res, err := c.guarded(ctx, k, drain)
+	res, err := c.guarded(ctx, k, dir, drain)
 	if err == nil {
 		if fin, ok := c.profile.(finisher); ok {
 			// A step after the record exists (publishing a DOI, say),
@@ -385,7 +389,7 @@ type namer interface {
 // guarded is the order of the seed's guarded deposit: look up the store,
 // record intent, conditional write, classify, record the outcome only after a
 // confirmation.
-func (c *Client) guarded(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
+func (c *Client) guarded(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
 	res := Result{Key: k.Key}
 	rec, err := c.lookups.lookup(ctx, k.Key)
 	switch {
@@ -435,7 +439,7 @@ func (c *Client) guarded(ctx context.Context, k canonical.Keyed, drain <-chan st
 		// line's ignored fields differ: otherwise a retry could be a 422.
 		body = rec.Body
 	}
-	return c.write(ctx, res, body, drain)
+	return c.write(ctx, res, body, dir, drain)
 }
 
 // replayOf is the result of a key the store holds as done.

@@ -11,8 +11,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
+
+	"github.com/hashicorp/go-retryablehttp"
 )
 
 // The storage profiles: targets that store what they are given and mint
@@ -234,3 +238,86 @@ func peekBody(resp *http.Response) []byte {
 func prependProblem(resp *http.Response, body []byte, line string) {
 	resp.Body = io.NopCloser(io.MultiReader(strings.NewReader(line+"\n"), bytes.NewReader(body)))
 }
+
+// fileStorer is a profile that stores a dataset's files itself, before the
+// dataset document (the design's dataset layout).
+type fileStorer interface {
+	// putFiles writes every file that the canonical dataset document doc
+	// lists, read from dir, and adds the requests it sent to res. A
+	// terminal answer is recorded as the dataset's failure.
+	putFiles(ctx context.Context, c *Client, res Result, dir string, doc []byte, drain <-chan struct{}) (Result, error)
+	// documentName is the name the dataset document is written under.
+	documentName(key string) string
+}
+
+// documentName is {key}.json: written after every file, it marks the
+// dataset complete, and its URL is the dataset's identifier.
+func (s3Profile) documentName(key string) string { return key + ".json" }
+
+// putFiles streams each file of the dataset to the object {key}/{P} with
+// If-None-Match: *, one after the other, each with its own attempt limit.
+// The payload hash signed is the digest the key was computed from, so a file
+// changed since then is refused by the server (400 XAmzContentSHA256Mismatch)
+// rather than stored under a key that does not describe it. An object that
+// exists already (412) was written by an earlier attempt at this dataset:
+// its name holds the content key.
+func (s3Profile) putFiles(ctx context.Context, c *Client, res Result, dir string, doc []byte, drain <-chan struct{}) (Result, error) {
+	var d struct {
+		Dataset []struct {
+			Path   string `json:"path"`
+			SHA256 string `json:"sha256"`
+			Size   int64  `json:"size"`
+		} `json:"dataset"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil || len(d.Dataset) == 0 {
+		return res, fmt.Errorf("%w: not a dataset document", ErrInvalid)
+	}
+	for _, f := range d.Dataset {
+		h := http.Header{}
+		h.Set("If-None-Match", "*")
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("X-Amz-Content-Sha256", f.SHA256)
+		for name, values := range c.header {
+			h[name] = values
+		}
+		path := filepath.Join(dir, filepath.FromSlash(f.Path))
+		open := retryablehttp.ReaderFunc(func() (io.Reader, error) {
+			fh, err := os.Open(path)
+			if err != nil {
+				return nil, err
+			}
+			return sizedFile{fh, f.Size}, nil
+		})
+		u := s3ObjectURL(c, res.Key+"/"+f.Path)
+		x := c.newExchange(res.Key, drain)
+		resp, cls, err := x.doRaw(ctx, http.MethodPut, u, h, open)
+		res.Requests += x.requests
+		res.Retries += x.retries
+		if err != nil {
+			return res, err
+		}
+		answer := readAnswer(resp)
+		switch cls {
+		case classCreated, classExists:
+			continue
+		case classTerminal:
+			return c.fail(ctx, res, c.httpError(http.MethodPut, u, resp, answer))
+		case classStop:
+			return res, fmt.Errorf("%w: %w", ErrStopRun, c.httpError(http.MethodPut, u, resp, answer))
+		default:
+			return res, fmt.Errorf("%w after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped,
+				c.httpError(http.MethodPut, u, resp, answer))
+		}
+	}
+	return res, nil
+}
+
+// sizedFile is an open file that tells go-retryablehttp its length, so the
+// request carries a Content-Length (S3 refuses chunked uploads without
+// aws-chunked encoding).
+type sizedFile struct {
+	*os.File
+	size int64
+}
+
+func (f sizedFile) Len() int { return int(f.size) }

@@ -16,10 +16,21 @@ import (
 )
 
 // write sends the conditional write for one key until an answer settles it,
-// reading the record back where the answer carries no identifier.
-func (c *Client) write(ctx context.Context, res Result, body []byte, drain <-chan struct{}) (Result, error) {
-	recordURL := c.recordURL(res.Key)
-	method, url, header, body, err := c.profile.request(c, res.Key, body)
+// reading the record back where the answer carries no identifier. For a
+// dataset (dir set) under a profile that stores files, the files go first
+// and the document is written last, under its own name.
+func (c *Client) write(ctx context.Context, res Result, body []byte, dir string, drain <-chan struct{}) (Result, error) {
+	name := res.Key
+	if fs, ok := c.profile.(fileStorer); ok && dir != "" {
+		var err error
+		if res, err = fs.putFiles(ctx, c, res, dir, body, drain); err != nil {
+			return res, err
+		}
+		name = fs.documentName(res.Key)
+	}
+	files := res // requests and retries spent on the files
+	recordURL := c.recordURL(name)
+	method, url, header, body, err := c.profile.request(c, name, body)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -28,10 +39,10 @@ func (c *Client) write(ctx context.Context, res Result, body []byte, drain <-cha
 	}
 
 	x := c.newExchange(res.Key, drain)
-	defer func() { res.Requests, res.Retries = x.requests, x.retries }()
+	defer func() { res.Requests, res.Retries = files.Requests+x.requests, files.Retries+x.retries }()
 	for {
 		resp, cls, err := x.do(ctx, method, url, header, body)
-		res.Requests, res.Retries = x.requests, x.retries
+		res.Requests, res.Retries = files.Requests+x.requests, files.Retries+x.retries
 		if err != nil {
 			return res, err
 		}
@@ -209,6 +220,16 @@ func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
 // elapsed time, deadline, budget), Backoff returns the wait it chose, and the
 // last answer is always handed back, never swallowed.
 func (x *exchange) do(ctx context.Context, method, url string, header http.Header, body []byte) (*http.Response, class, error) {
+	var raw any
+	if body != nil {
+		raw = body
+	}
+	return x.doRaw(ctx, method, url, header, raw)
+}
+
+// doRaw is do with any body go-retryablehttp takes: nil, []byte, or a
+// retryablehttp.ReaderFunc that opens the body afresh for every attempt.
+func (x *exchange) doRaw(ctx context.Context, method, url string, header http.Header, raw any) (*http.Response, class, error) {
 	rc := &retryablehttp.Client{
 		HTTPClient:   x.c.http,
 		RetryMax:     math.MaxInt32, // the policy in CheckRetry decides
@@ -219,10 +240,6 @@ func (x *exchange) do(ctx context.Context, method, url string, header http.Heade
 			x.requests++
 			x.sent = time.Now()
 		},
-	}
-	var raw any
-	if body != nil {
-		raw = body
 	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, method, url, raw)
 	if err != nil {

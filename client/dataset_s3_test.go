@@ -1,0 +1,108 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/internal/peertest"
+)
+
+// datasetDir writes files (path -> content) under a new directory.
+func datasetDir(t *testing.T, files map[string]string) (string, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	var names []string
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+		names = append(names, name)
+	}
+	return dir, names
+}
+
+func TestS3DatasetOnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	bucket := s.Endpoint + "/" + s.Bucket
+	files := map[string]string{
+		"data/temperature.csv":   "t,c\n0,12.5\n1,12.7\n",
+		"dir with space/é+x.txt": "odd names are escaped the way SigV4 signs them",
+		"README":                 strings.Repeat("large enough to stream. ", 4096),
+	}
+	dir, names := datasetDir(t, files)
+	ctx := context.Background()
+
+	c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+	res, err := c.DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, bucket+"/"+res.Key+".json", res.Identifier)
+	require.Equal(t, len(files)+1, res.Requests)
+
+	signed, err := signingHTTPClient(nil, versityAWS(s))
+	require.NoError(t, err)
+	for name, content := range files {
+		status, body := get(t, signed, s3ObjectURL(c, res.Key+"/"+name))
+		require.Equal(t, http.StatusOK, status, name)
+		require.Equal(t, content[:min(len(content), maxAnswerBytes)], body, name)
+	}
+	status, doc := get(t, signed, res.Identifier)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, doc, `"metadata":{"title":"Reef"}`)
+
+	again, err := c.DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeReplayed, again.Outcome)
+	require.Equal(t, 0, again.Requests)
+
+	fresh, err := peerClient(t, bucket, ProtocolS3, versityAWS(s)).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeExisting, fresh.Outcome)
+	require.Equal(t, res.Identifier, fresh.Identifier)
+}
+
+func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
+	dir, names := datasetDir(t, map[string]string{"a.txt": "a", "b/c.txt": "c"})
+	t.Run("files first, then the document", func(t *testing.T) {
+		srv := newStorageServer(t, storageAnswer{status: 200})
+		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
+		require.NoError(t, err)
+		var paths []string
+		for _, r := range srv.requests() {
+			paths = append(paths, r.URL.Path)
+		}
+		p := "/bucket/" + res.Key
+		require.Equal(t, []string{p + "/a.txt", p + "/b/c.txt", p + ".json"}, paths)
+		require.Equal(t, "a", string(srv.bodies[0]))
+		require.Equal(t, "1", srv.requests()[0].Header.Get("Content-Length"))
+	})
+	t.Run("a refused file fails the dataset and writes no document", func(t *testing.T) {
+		srv := newStorageServer(t, storageAnswer{status: 200}, s3Err(400, "XAmzContentSHA256Mismatch", "The provided x-amz-content-sha256 header does not match what was computed."))
+		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
+		require.ErrorIs(t, err, ErrTerminal)
+		require.ErrorContains(t, err, "XAmzContentSHA256Mismatch")
+		require.Equal(t, 2, len(srv.requests()))
+		again, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
+		require.ErrorIs(t, err, ErrTerminal, "recorded as failed")
+		require.Equal(t, 0, again.Requests)
+		require.Equal(t, res.Key, again.Key)
+	})
+	t.Run("a file retried after 503 is sent whole again", func(t *testing.T) {
+		srv := newStorageServer(t, s3Err(503, "SlowDown", "slow down"), storageAnswer{status: 200})
+		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
+		require.NoError(t, err)
+		require.Equal(t, 4, res.Requests)
+		require.Equal(t, 1, res.Retries)
+		require.Equal(t, "a", string(srv.bodies[1]))
+	})
+}
