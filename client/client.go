@@ -449,7 +449,7 @@ func replayOf(rec dedup.Record) Result {
 
 // recordedFailure is the error for a key an earlier run recorded as failed.
 func recordedFailure(rec dedup.Record) error {
-	return fmt.Errorf("%w (recorded earlier; not re-sent without RetryFailed): status %d: %s",
+	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): status %d: %s",
 		ErrTerminal, rec.Status, rec.Problem)
 }
 

@@ -79,7 +79,7 @@ func Example_dataCite() {
 	//   2 existing 10.5072/dk-jg6c-56ql-oqhx-tzim
 	//   3 existing 10.5072/dk-dlhu-ofhe-w4na-ny22
 	//   4 replayed 10.5072/dk-fejz-kpta-dez4-l73l
-	//   requests: 12
+	//   requests: 14
 	// replay:
 	//   1 replayed 10.5072/dk-fejz-kpta-dez4-l73l
 	//   2 replayed 10.5072/dk-jg6c-56ql-oqhx-tzim

@@ -164,6 +164,7 @@ func TestProtocolTable(t *testing.T) {
 
 			require.Equal(t, tt.writes, srv.writeCount(), "write requests")
 			require.Equal(t, tt.reads, srv.readCount(), "read-back requests")
+			require.Equal(t, tt.writes+tt.reads, res.Requests, "requests counted by the client")
 			rec, lerr := store.Lookup(context.Background(), c.Target(), res.Key)
 			require.NoError(t, lerr)
 			require.Equal(t, tt.wantState, rec.State)

@@ -19,7 +19,7 @@ import (
 // reading the record back where the answer carries no identifier. For a
 // dataset (dir set) under a profile that stores files, the files go first
 // and the document is written last, under its own name.
-func (c *Client) write(ctx context.Context, res Result, body []byte, dir string, drain <-chan struct{}) (Result, error) {
+func (c *Client) write(ctx context.Context, res Result, body []byte, dir string, drain <-chan struct{}) (out Result, _ error) {
 	name := res.Key
 	if fs, ok := c.profile.(fileStorer); ok && dir != "" {
 		var err error
@@ -39,7 +39,9 @@ func (c *Client) write(ctx context.Context, res Result, body []byte, dir string,
 	}
 
 	x := c.newExchange(res.Key, drain)
-	defer func() { res.Requests, res.Retries = files.Requests+x.requests, files.Retries+x.retries }()
+	// Count every request of the exchange, read-backs included, whichever
+	// return settles the deposit.
+	defer func() { out.Requests, out.Retries = files.Requests+x.requests, files.Retries+x.retries }()
 	for {
 		resp, cls, err := x.do(ctx, method, url, header, body)
 		res.Requests, res.Retries = files.Requests+x.requests, files.Retries+x.retries

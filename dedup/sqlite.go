@@ -31,7 +31,7 @@ const driverName = "sqlite"
 // log) rather than 1000, which halves the pages written per confirmed key
 // when keys are random; the log is cut back to 64 MiB after a checkpoint.
 const pragmas = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)" +
-	"&_pragma=cache_size(-32768)&_pragma=mmap_size(268435456)&_pragma=wal_autocheckpoint(8000)&_pragma=journal_size_limit(67108864)"
+	"&_pragma=cache_size(-8192)&_pragma=wal_autocheckpoint(8000)&_pragma=journal_size_limit(67108864)"
 
 // maxBatch bounds how many queued writes share one transaction.
 const maxBatch = 1024
@@ -151,6 +151,33 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 	return s, nil
 }
 
+// journalMode opens the first writer connection, whose DSN switches the file
+// to WAL, and reads the mode back. Switching needs a moment of exclusive
+// access, and SQLite does not wait for it through the busy timeout: when
+// several processes open one new store at once, some get SQLITE_BUSY here.
+// They retry, boundedly, with growing waits (about 10 s in all, the busy
+// timeout).
+func (s *SQLite) journalMode(ctx context.Context) (string, error) {
+	wait := 5 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var mode string
+		err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+		if err == nil || !isBusy(err) || time.Now().Add(wait).After(deadline) {
+			return mode, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (or an extended code
+// of it).
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
+}
+
 // open opens both pools, migrates the schema and prepares statements.
 func (s *SQLite) open() error {
 	var err error
@@ -164,8 +191,8 @@ func (s *SQLite) open() error {
 	s.wdb.SetConnMaxIdleTime(0)
 	ctx := context.Background()
 
-	var mode string
-	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	mode, err := s.journalMode(ctx)
+	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", s.path, err)
 	}
 	if !strings.EqualFold(mode, "wal") {
