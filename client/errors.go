@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -50,7 +51,11 @@ type HTTPError struct {
 }
 
 func (e *HTTPError) Error() string {
-	msg := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.StatusCode, http.StatusText(e.StatusCode))
+	msg := fmt.Sprintf("%s %s: %d", e.Method, e.URL, e.StatusCode)
+	text := http.StatusText(e.StatusCode)
+	if text != "" && !strings.HasPrefix(e.Problem, text) {
+		msg += " " + text
+	}
 	if e.Problem != "" {
 		msg += ": " + e.Problem
 	}

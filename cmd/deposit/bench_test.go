@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkRunBinary measures a whole `deposit run` process against a local
+// `deposit serve` process: lines per second, the client's peak RSS, and the
+// time to replay the same file. The input has 20,000 lines unless
+// DEPOSIT_BENCH_LINES says otherwise; the README figures come from
+//
+//	DEPOSIT_BENCH_LINES=1000000 go test -run '^$' -bench RunBinary -benchtime 1x ./cmd/deposit
+func BenchmarkRunBinary(b *testing.B) {
+	lines := 20000
+	if v := os.Getenv("DEPOSIT_BENCH_LINES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("DEPOSIT_BENCH_LINES=%q: want a positive number", v)
+		}
+		lines = n
+	}
+	dir := b.TempDir()
+	input := filepath.Join(dir, "in.jsonl")
+	writeBenchInput(b, input, lines)
+	fi, err := os.Stat(input)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	var runSecs, replaySecs, runRSS, replayRSS, runAnon, runFile float64
+	for i := range b.N {
+		b.StopTimer()
+		url, stop := startServe(b)
+		db := filepath.Join(dir, fmt.Sprintf("deposit-%d.db", i))
+		args := []string{"run", "--endpoint", url, "--db", db, "--concurrency", "16", "--json", input}
+		b.StartTimer()
+		secs, rss, anon, file := runMeasured(b, args)
+		b.StopTimer()
+		rsecs, rrss, _, _ := runMeasured(b, args)
+		stop()
+		runSecs += secs
+		replaySecs += rsecs
+		runRSS = max(runRSS, rss)
+		runAnon, runFile = max(runAnon, anon), max(runFile, file)
+		replayRSS = max(replayRSS, rrss)
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(lines)*n/runSecs, "lines/s")
+	b.ReportMetric(runRSS, "peak-RSS-MB")
+	b.ReportMetric(runAnon, "peak-RssAnon-MB")
+	b.ReportMetric(runFile, "peak-RssFile-MB")
+	b.ReportMetric(replaySecs/n, "replay-s")
+	b.ReportMetric(float64(lines)*n/replaySecs, "replay-lines/s")
+	b.ReportMetric(replayRSS, "replay-peak-RSS-MB")
+	b.Logf("%d lines (%.1f MB): run %.1f s, peak RSS %.1f MB (sampled: anonymous %.1f MB, file-backed %.1f MB); replay %.1f s, peak RSS %.1f MB",
+		lines, float64(fi.Size())/1e6, runSecs/n, runRSS, runAnon, runFile, replaySecs/n, replayRSS)
+}
+
+// writeBenchInput writes n distinct payloads of about 150 bytes.
+func writeBenchInput(b *testing.B, path string, n int) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	for i := range n {
+		fmt.Fprintf(w, `{"title":"Observation series %d","creators":[{"name":"Researcher %d"}],"year":%d,"keywords":["benchmark","deposit"],"n":%d}`+"\n",
+			i, i%977, 1990+i%35, i)
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startServe starts `deposit serve` on a free port and returns its URL and
+// a function that stops it.
+func startServe(b *testing.B) (string, func()) {
+	cmd := exec.Command(binary, "serve", "--addr", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("deposit serve: %v", err)
+	}
+	_, rest, _ := strings.Cut(line, "listening on ")
+	url, _, _ := strings.Cut(rest, " ")
+	go io.Copy(io.Discard, out)
+	return url, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+}
+
+// runMeasured runs the deposit command to exit status 0 and returns its
+// wall time in seconds, its peak RSS in MB (from the kernel's accounting),
+// and the peaks of its anonymous and file-backed (the store's memory map)
+// resident memory, sampled every 100 ms.
+func runMeasured(b *testing.B, args []string) (secs, rss, anon, file float64) {
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	sampled := make(chan [2]float64, 1)
+	go func() {
+		var peak [2]float64
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				sampled <- peak
+				return
+			case <-tick.C:
+				a, f := residentMB(cmd.Process.Pid)
+				peak[0], peak[1] = max(peak[0], a), max(peak[1], f)
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	peak := <-sampled
+	if err != nil {
+		b.Fatalf("deposit run: %v\n%s", err, stderr.String())
+	}
+	secs = time.Since(t0).Seconds()
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		b.Fatal("no resource usage for the child")
+	}
+	return secs, float64(ru.Maxrss) / 1024, peak[0], peak[1] // Maxrss is in KiB on Linux
+}
+
+// residentMB reads RssAnon and RssFile of a process from /proc, in MB; zeros
+// when they cannot be read.
+func residentMB(pid int) (anon, file float64) {
+	text, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(text)) {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var kb float64
+		fmt.Sscanf(strings.TrimSpace(value), "%f", &kb)
+		switch name {
+		case "RssAnon":
+			anon = kb / 1024
+		case "RssFile":
+			file = kb / 1024
+		}
+	}
+	return anon, file
+}
+
+// BenchmarkLineReader measures reading JSON Lines: the cost per line before
+// any key is computed.
+func BenchmarkLineReader(b *testing.B) {
+	var buf bytes.Buffer
+	for i := range 10000 {
+		fmt.Fprintf(&buf, `{"title":"record %d","n":%d,"keywords":["a","b","c"]}`+"\n", i, i)
+	}
+	data := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		lr := newLineReader(bytes.NewReader(data), defaultMaxLineBytes)
+		for {
+			if _, err := lr.next(); err != nil {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/depositkit/deposit/canonical"
+)
+
+const keyAbout = `Prints the key of each non-blank line of FILE ("-" reads stdin) as
+LINE<TAB>KEY, without depositing anything: compare keys with other languages'
+implementations, or check what --ignore changes. Invalid lines are reported on
+stderr with their line number; the exit status is then 1.`
+
+func keyCmd(ctx context.Context, args []string, s streams) int {
+	var (
+		formName     string
+		ignore       stringList
+		datasets     string
+		maxLineBytes int64
+	)
+	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] FILE|-", keyAbout, "")
+	c.fs.StringVar(&formName, "form", "jcs", "canonical form: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
+	c.fs.Var(&ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key; repeatable")
+	c.fs.StringVar(&datasets, "datasets", "", "each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`")
+	c.fs.Int64Var(&maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes")
+	pos, code, ok := c.parse(args, s)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError(s, `want one input: FILE, or "-" for stdin`)
+	}
+	if maxLineBytes < 1 || maxLineBytes > 1<<30 {
+		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
+	}
+	form, err := canonical.ParseForm(formName)
+	if err != nil {
+		return c.usageError(s, "--form: %v", err)
+	}
+	keyer, err := canonical.NewKeyer(form, ignore)
+	if err != nil {
+		return c.usageError(s, "--ignore: %v", err)
+	}
+	if datasets != "" {
+		if fi, err := os.Stat(datasets); err != nil || !fi.IsDir() {
+			return c.usageError(s, "--datasets %s: not a directory", datasets)
+		}
+	}
+	in, _, err := openInput(pos[0], s.stdin)
+	if err != nil {
+		fmt.Fprintf(s.stderr, "deposit key: %v\n", err)
+		return exitStop
+	}
+	defer in.Close()
+
+	out := bufio.NewWriterSize(s.stdout, 64<<10)
+	defer out.Flush()
+	lr := newLineReader(in, int(maxLineBytes))
+	invalid := 0
+	for ctx.Err() == nil {
+		ln, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			fmt.Fprintf(s.stderr, "deposit key: reading input at line %d: %v\n", lr.line, err)
+			return exitStop
+		}
+		key, err := keyOf(keyer, form, datasets, ln)
+		if err != nil {
+			invalid++
+			out.Flush()
+			fmt.Fprintf(s.stderr, "line %d: invalid: %s\n", ln.num, oneLine(err))
+			continue
+		}
+		fmt.Fprintf(out, "%d\t%s\n", ln.num, key)
+	}
+	if err := out.Flush(); err != nil {
+		fmt.Fprintf(s.stderr, "deposit key: %v\n", err)
+		return exitStop
+	}
+	if ctx.Err() != nil {
+		return exitUnresolved
+	}
+	if invalid > 0 {
+		return exitFailed
+	}
+	return exitDone
+}
+
+// keyOf is the key of one input line.
+func keyOf(k *canonical.Keyer, form canonical.Form, datasets string, ln inputLine) (string, error) {
+	if ln.err != nil {
+		return "", ln.err
+	}
+	if datasets != "" {
+		d, err := parseDatasetLine(form, ln.text)
+		if err != nil {
+			return "", err
+		}
+		keyed, err := k.DatasetKey(datasets, d.Metadata, d.Files)
+		return keyed.Key, err
+	}
+	keyed, err := k.Key(ln.text)
+	return keyed.Key, err
+}

@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/dedup"
+)
+
+// runOptions are the flags of `deposit run`.
+type runOptions struct {
+	endpoint      string
+	protocol      string
+	db            string
+	concurrency   int
+	form          string
+	ignore        stringList
+	headers       stringList
+	idPointer     string
+	maxAttempts   int
+	maxElapsed    time.Duration
+	rate          float64
+	retryFailed   bool
+	datasets      string
+	maxLineBytes  int64
+	results       string
+	json          bool
+	doiPrefix     string
+	dataciteEvent string
+	input         string // FILE, or "-" for stdin
+
+}
+
+const runAbout = `Deposits each line of FILE (JSON Lines; "-" reads stdin) exactly once.
+Each line is one JSON payload; blank lines are skipped (line numbers still
+count). A line that is not valid JSON (or longer than --max-line-bytes) is
+reported with its line number and counted invalid; the rest is deposited.
+
+The store (--db) remembers every key's outcome. Running the same command again
+is always safe: finished lines are answered from the store without a request
+(replayed), lines an interrupted run left uncertain are settled (recovered),
+and nothing is created twice.
+
+Outcomes: created, existing (the server had it), replayed (no request of its
+own), failed (refused for good; not re-sent without --retry-failed), invalid,
+unresolved (run again).`
+
+const runNotes = `Environment:
+  DEPOSIT_ENDPOINT       used when --endpoint is not given
+  DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it)
+  DEPOSIT_KEY_SECRET     makes Idempotency-Key values an HMAC under this secret
+  DATACITE_REPOSITORY_ID, DATACITE_PASSWORD
+                         the repository's credentials under --protocol datacite
+                         (the endpoint defaults to DataCite's test system)
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+  AWS_REGION (or AWS_DEFAULT_REGION; default us-east-1)
+                         sign the requests of --protocol s3
+Credentials are never printed.
+
+Output: progress and a summary on stderr; with --json one summary object on
+stdout: {"total","created","existing","replayed","failed","invalid",
+"unresolved","recovered","requests","retries","elapsed_ms"}.
+--results FILE: one JSON object per non-blank line, in completion order:
+{"line","key","outcome","identifier","status","error"}, absent values omitted.
+
+Exit status: 2 could not proceed (usage, store, settings mismatch, endpoint
+unreachable, 401/403/404/501); 3 some items unresolved (run again); 1 some
+items failed or invalid; 0 every item done. SIGINT or SIGTERM stops sending,
+records what is in flight, prints the summary and exits 3; a second SIGINT
+exits at once (130).
+`
+
+func runCmd(ctx context.Context, args []string, s streams) int {
+	o := runOptions{}
+	c := newCommand("run", "deposit run --endpoint URL [flags] FILE|-", runAbout, runNotes)
+	fs := c.fs
+	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
+	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL) or datacite (DOIs)")
+	fs.StringVar(&o.db, "db", "deposit.db", "dedup store `FILE` (SQLite); created if missing")
+	fs.IntVar(&o.concurrency, "concurrency", 4, "deposits in flight at once")
+	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
+	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
+	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")
+	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts per request, the first included; 1 means no retries")
+	fs.DurationVar(&o.maxElapsed, "max-elapsed", 2*time.Minute, "time budget for retrying one item")
+	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
+	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
+	fs.StringVar(&o.datasets, "datasets", "", "deposit datasets: each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`; the key covers the files' bytes")
+	fs.Int64Var(&o.maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes; a longer line is invalid")
+	fs.StringVar(&o.results, "results", "", "write one JSON object per input line to `FILE`")
+	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object on stdout")
+	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
+	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
+	pos, code, ok := c.parse(args, s)
+	if !ok {
+		return code
+	}
+	switch {
+	case len(pos) == 0:
+		return c.usageError(s, `no input: give FILE, or "-" for stdin`)
+	case len(pos) > 1:
+		return c.usageError(s, "one input file, got %d arguments", len(pos))
+	case o.concurrency < 1:
+		return c.usageError(s, "--concurrency must be at least 1")
+	case o.maxAttempts < 1:
+		return c.usageError(s, "--max-attempts must be at least 1")
+	case o.maxElapsed <= 0:
+		return c.usageError(s, "--max-elapsed must be positive")
+	case o.rate < 0:
+		return c.usageError(s, "--rate must not be negative")
+	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
+		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
+	}
+	o.input = pos[0]
+	_, code = runBatch(ctx, o, s, c)
+	return code
+}
+
+// summaryJSON is the --json summary, with exactly the design's keys.
+type summaryJSON struct {
+	Total      int   `json:"total"`
+	Created    int   `json:"created"`
+	Existing   int   `json:"existing"`
+	Replayed   int   `json:"replayed"`
+	Failed     int   `json:"failed"`
+	Invalid    int   `json:"invalid"`
+	Unresolved int   `json:"unresolved"`
+	Recovered  int   `json:"recovered"`
+	Requests   int   `json:"requests"`
+	Retries    int   `json:"retries"`
+	ElapsedMS  int64 `json:"elapsed_ms"`
+}
+
+// resultJSON is one --results object.
+type resultJSON struct {
+	Line       int64  `json:"line"`
+	Key        string `json:"key,omitempty"`
+	Outcome    string `json:"outcome"`
+	Identifier string `json:"identifier,omitempty"`
+	Status     int    `json:"status,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// runBatch runs one batch and returns its summary and exit status. Errors
+// are reported on s.stderr; c reports usage errors.
+func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.Summary, int) {
+	var none client.Summary
+	if o.endpoint == "" {
+		o.endpoint = s.getenv("DEPOSIT_ENDPOINT")
+	}
+	proto, err := client.ParseProtocol(o.protocol)
+	if err != nil {
+		return none, c.usageError(s, "--protocol: %v", err)
+	}
+	if o.endpoint == "" && proto != client.ProtocolDataCite { // datacite: the client's test system
+		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
+	}
+	var aws *client.AWSCredentials
+	if proto == client.ProtocolS3 {
+		if aws, err = awsCredentials(s.getenv); err != nil {
+			return none, c.usageError(s, "%v", err)
+		}
+	}
+	form, err := canonical.ParseForm(o.form)
+	if err != nil {
+		return none, c.usageError(s, "--form: %v", err)
+	}
+	if _, err := canonical.NewKeyer(form, o.ignore); err != nil {
+		return none, c.usageError(s, "--ignore: %v", err)
+	}
+	header, err := parseHeaders(o.headers)
+	if err != nil {
+		return none, c.usageError(s, "%v", err)
+	}
+	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" {
+		header.Set("Authorization", auth)
+	}
+	if proto == client.ProtocolDataCite && header.Get("Authorization") == "" {
+		id, password := s.getenv("DATACITE_REPOSITORY_ID"), s.getenv("DATACITE_PASSWORD")
+		if id == "" || password == "" {
+			return none, c.usageError(s, "datacite: set DATACITE_REPOSITORY_ID and DATACITE_PASSWORD (the repository's credentials)")
+		}
+		header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(id+":"+password)))
+	}
+	if o.datasets != "" {
+		if fi, err := os.Stat(o.datasets); err != nil || !fi.IsDir() {
+			return none, c.usageError(s, "--datasets %s: not a directory", o.datasets)
+		}
+	}
+
+	in, size, err := openInput(o.input, s.stdin)
+	if err != nil {
+		fmt.Fprintf(s.stderr, "deposit run: %v\n", err)
+		return none, exitStop
+	}
+	defer in.Close()
+
+	store, err := dedup.Open(o.db)
+	if err != nil {
+		fmt.Fprintf(s.stderr, "deposit run: %s\n", explainStore(o.db, err))
+		return none, exitStop
+	}
+	defer store.Close()
+
+	lr := newLineReader(in, int(o.maxLineBytes))
+	prog := newProgress(s.stderr, size, &lr.read, 0)
+	defer prog.stop()
+
+	cl, err := client.New(client.Config{
+		Endpoint:      o.endpoint,
+		Protocol:      proto,
+		Form:          form,
+		Ignore:        o.ignore,
+		IDPointer:     o.idPointer,
+		KeySecret:     []byte(s.getenv("DEPOSIT_KEY_SECRET")),
+		Store:         store,
+		Retry:         backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
+		Rate:          o.rate,
+		Header:        header,
+		AWS:           aws,
+		DOIPrefix:     o.doiPrefix,
+		DataCiteEvent: o.dataciteEvent,
+		RetryFailed:   o.retryFailed,
+		Logger:        slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
+		Hooks:         client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
+	})
+	switch {
+	case errors.Is(err, client.ErrSettingsMismatch):
+		prog.stop()
+		fmt.Fprintf(s.stderr, "deposit run: refused: %s\n"+
+			"The store %s holds keys made for this endpoint with other key settings (--form, --ignore, or the key secret).\n"+
+			"Different settings give every payload a new key, so each payload would get a second record.\n"+
+			"Run with the settings of the earlier runs, or use another --db for a new batch.\n", oneLine(err), o.db)
+		return none, exitStop
+	case errors.Is(err, client.ErrInvalid):
+		prog.stop()
+		return none, c.usageError(s, "%v", err)
+	case err != nil:
+		prog.stop()
+		fmt.Fprintf(s.stderr, "deposit run: %s\n", oneLine(err))
+		return none, exitStop
+	}
+
+	var res *resultWriter
+	if o.results != "" {
+		if res, err = createResults(o.results); err != nil {
+			prog.stop()
+			fmt.Fprintf(s.stderr, "deposit run: %v\n", err)
+			return none, exitStop
+		}
+	}
+
+	var readErr error
+	sum, runErr := cl.Run(ctx, items(lr, form, o.datasets, &readErr), client.BatchOptions{
+		Concurrency: o.concurrency,
+		OnResult: func(r client.ItemResult) {
+			prog.add(r)
+			logItem(prog, r)
+			if res != nil {
+				res.write(r)
+			}
+		},
+	})
+	prog.stop()
+
+	code := exitDone
+	switch {
+	case sum.Unresolved > 0:
+		code = exitUnresolved
+	case sum.Failed > 0 || sum.Invalid > 0:
+		code = exitFailed
+	}
+	interrupted := runErr != nil && ctx.Err() != nil && errors.Is(runErr, ctx.Err())
+	if interrupted {
+		code = exitUnresolved
+	}
+	printSummary(s.stderr, sum, o)
+	switch {
+	case interrupted:
+		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
+	case runErr != nil:
+		fmt.Fprintf(s.stderr, "deposit run: stopped: %s\n", explainStop(runErr, proto))
+		code = exitStop
+	}
+	if readErr != nil {
+		fmt.Fprintf(s.stderr, "deposit run: %v\n", readErr)
+		code = exitStop
+	}
+	if res != nil {
+		if err := res.close(); err != nil {
+			fmt.Fprintf(s.stderr, "deposit run: --results: %v\n", err)
+			code = exitStop
+		}
+	}
+	if o.json {
+		b, _ := json.Marshal(summaryJSON{
+			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
+			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
+			Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+		})
+		fmt.Fprintf(s.stdout, "%s\n", b)
+	}
+	return sum, code
+}
+
+// openInput opens FILE, or stdin for "-", and returns its size when it is a
+// regular file (for the ETA), else 0.
+func openInput(name string, stdin io.Reader) (io.ReadCloser, int64, error) {
+	if name == "-" {
+		var size int64
+		if f, ok := stdin.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				size = fi.Size()
+			}
+		}
+		return io.NopCloser(stdin), size, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("input: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("input: %w", err)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, 0, fmt.Errorf("input %s: is a directory", name)
+	}
+	var size int64
+	if fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return f, size, nil
+}
+
+// parseHeaders parses --header values "Name: value".
+func parseHeaders(values []string) (http.Header, error) {
+	h := http.Header{}
+	for _, v := range values {
+		name, value, ok := strings.Cut(v, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
+			// Do not echo v: it may hold a credential.
+			return nil, fmt.Errorf("--header: want 'Name: value' (a name without spaces, a colon, a value)")
+		}
+		if strings.ContainsAny(value, "\r\n") {
+			return nil, fmt.Errorf("--header %s: the value must be one line", name)
+		}
+		h.Add(name, strings.TrimSpace(value))
+	}
+	return h, nil
+}
+
+// dropTime removes the time from slog lines: stderr logs are read live.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}
+
+// logItem logs what a reader of stderr must see about one item: invalid
+// input, failures, unresolved items, and items recovered from an earlier run.
+func logItem(p *progress, r client.ItemResult) {
+	switch {
+	case r.Outcome == client.OutcomeInvalid:
+		p.logf("line %d: invalid: %s", r.Line, oneLine(r.Err))
+	case r.Outcome == client.OutcomeFailed:
+		p.logf("line %d: failed: key %s: %s", r.Line, r.Key, oneLine(r.Err))
+	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
+		p.logf("line %d: unresolved: key %s: %s", r.Line, r.Key, oneLine(r.Err))
+	case r.Recovered && r.Err == nil:
+		p.logf("line %d: recovered: key %s was left uncertain by an earlier run; now %s, identifier %s", r.Line, r.Key, r.Outcome, r.Identifier)
+	}
+}
+
+// oneLine is err's text on one line, with URLs redacted.
+func oneLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	return redact(strings.Join(strings.Fields(err.Error()), " "))
+}
+
+// urlPattern matches an http(s) URL: scheme, optional user info, the rest up
+// to a query or fragment, and the query or fragment.
+var urlPattern = regexp.MustCompile(`(https?://)([^\s/@]*@)?([^\s?#]*)([?#]\S*)?`)
+
+// redact removes user info and query strings from the URLs in s: an
+// endpoint may carry a token there, and none is ever printed.
+func redact(s string) string {
+	return urlPattern.ReplaceAllStringFunc(s, func(u string) string {
+		m := urlPattern.FindStringSubmatch(u)
+		out := m[1] + m[3]
+		if m[4] != "" {
+			out += "?REDACTED"
+		}
+		return out
+	})
+}
+
+// printSummary writes the final human summary.
+func printSummary(w io.Writer, sum client.Summary, o runOptions) {
+	fmt.Fprintf(w, "deposit run: %d items in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
+		sum.Total, sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
+	if sum.Recovered > 0 {
+		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
+	}
+	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
+	if sum.Unresolved > 0 {
+		fmt.Fprintf(w, "  %d items unresolved: their outcome is unknown; run the same command again (safe: nothing is created twice)\n", sum.Unresolved)
+	}
+	if sum.Failed > 0 {
+		fmt.Fprintf(w, "  %d items failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed\n", sum.Failed, o.db)
+	}
+	if sum.Invalid > 0 {
+		fmt.Fprintf(w, "  %d lines invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", sum.Invalid)
+	}
+}
+
+// explainStore turns a store error into a message a user can act on.
+func explainStore(path string, err error) string {
+	switch {
+	case errors.Is(err, dedup.ErrNotDepositStore):
+		return fmt.Sprintf("%s is not a deposit store (left untouched): give --db a new file or an existing deposit store (%v)", path, err)
+	case errors.Is(err, dedup.ErrNewerSchema):
+		return fmt.Sprintf("%s was written by a newer version of deposit (left untouched): upgrade deposit (%v)", path, err)
+	}
+	return fmt.Sprintf("store %s: %v", path, err)
+}
+
+// explainStop turns the error that stopped a run into a message a user can
+// act on. Credentials and the endpoint's query are never in it.
+func explainStop(err error, proto client.Protocol) string {
+	var herr *client.HTTPError
+	if errors.As(err, &herr) {
+		said := ""
+		if herr.Problem != "" {
+			said = fmt.Sprintf(" (the server said: %s)", herr.Problem)
+		}
+		status := fmt.Sprintf("%d %s", herr.StatusCode, http.StatusText(herr.StatusCode))
+		switch herr.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Sprintf("the endpoint refused the request with %s%s: check your credentials (--header 'Authorization: ...' or DEPOSIT_AUTHORIZATION)", status, said)
+		case http.StatusNotFound:
+			return fmt.Sprintf("the endpoint answered %s for %s %s%s: check --endpoint (or DEPOSIT_ENDPOINT)", status, herr.Method, herr.URL, said)
+		case http.StatusNotImplemented:
+			if proto == client.ProtocolIdempotencyKey {
+				return fmt.Sprintf("the server answered %s%s: it has no idempotency store, and deposit never falls back to an unprotected POST; use --protocol put if the repository supports conditional PUT", status, said)
+			}
+			return fmt.Sprintf("the server answered %s%s: it does not support this request; try --protocol idempotency-key if the repository supports it", status, said)
+		}
+		return fmt.Sprintf("%s%s", status, said)
+	}
+	if errors.Is(err, client.ErrUnreachable) {
+		return fmt.Sprintf("the endpoint is unreachable (no answer at all): check --endpoint and the network (%s)", oneLine(err))
+	}
+	return oneLine(err)
+}
+
+// resultWriter writes the --results file. OnResult calls are serialised, so
+// it needs no lock.
+type resultWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	err error
+}
+
+func createResults(path string) (*resultWriter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--results: %w", err)
+	}
+	return &resultWriter{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+}
+
+func (rw *resultWriter) write(r client.ItemResult) {
+	if rw.err != nil {
+		return
+	}
+	b, err := json.Marshal(resultJSON{
+		Line: r.Line, Key: r.Key, Outcome: string(r.Outcome), Identifier: r.Identifier,
+		Status: r.Status, Error: oneLine(r.Err),
+	})
+	if err == nil {
+		b = append(b, '\n')
+		_, err = rw.w.Write(b)
+	}
+	rw.err = err
+}
+
+func (rw *resultWriter) close() error {
+	err := rw.err
+	if ferr := rw.w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := rw.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/depositkit/deposit/repotest"
+)
+
+const serveAbout = `Runs the reference repository: both protocols of the design, records that
+the server mints identifiers for (10.5072/...), and declarative fault injection
+for demos and for testing your own batch programs. Records stay in memory
+unless --db is given. It serves until SIGINT or SIGTERM, then prints its
+counters (requests, records, duplicates, faults).
+
+Under put, records live at {URL}/{key} (PUT with If-None-Match: * creates,
+GET reads back); under idempotency-key, POST to {URL} with an Idempotency-Key.`
+
+// shutdownGrace is how long serve waits for requests in progress when asked
+// to stop.
+const shutdownGrace = 5 * time.Second
+
+func serveCmd(ctx context.Context, args []string, s streams) int {
+	var (
+		addr      string
+		protocol  string
+		faults    string
+		seed      int64
+		db        string
+		verifyKey bool
+		latency   time.Duration
+	)
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key] [--faults SPEC] [--seed N] [--db FILE]",
+		serveAbout, repotest.FaultsHelp+"\n")
+	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
+	c.fs.StringVar(&protocol, "protocol", "put", "put or idempotency-key")
+	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
+	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
+	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
+	c.fs.BoolVar(&verifyKey, "verify-key", false, "put: refuse (422) a PUT whose key is not the SHA-256 of its body")
+	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
+	pos, code, ok := c.parse(args, s)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return c.usageError(s, "unexpected argument %q", pos[0])
+	}
+	if _, err := repotest.ParseFaults(faults); err != nil {
+		return c.usageError(s, "--faults: %v", err)
+	}
+	h, err := repotest.NewHandler(repotest.Config{
+		Protocol: repotest.Protocol(protocol), Faults: faults, Seed: seed, DBPath: db,
+		VerifyKey: verifyKey, Latency: latency,
+	})
+	if errors.Is(err, repotest.ErrConfig) {
+		return c.usageError(s, "%v", err)
+	}
+	if err != nil {
+		fmt.Fprintf(s.stderr, "deposit serve: %v\n", err)
+		return exitStop
+	}
+	defer h.Close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(s.stderr, "deposit serve: %v\n", err)
+		return exitStop
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	where := "records in memory"
+	if db != "" {
+		where = "records in " + db
+	}
+	if faults == "" {
+		faults = "none"
+	}
+	fmt.Fprintf(s.stdout, "deposit serve: listening on http://%s (protocol %s, faults %s, seed %d, %s)\n",
+		ln.Addr(), protocolOrPut(protocol), faults, seed, where)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		err = srv.Shutdown(sctx)
+		cancel()
+		if err != nil {
+			_ = srv.Close()
+		}
+		err = nil
+	}
+	st := h.Stats()
+	fmt.Fprintf(s.stdout, "deposit serve: stopped: %d requests, %d records, %d created, %d replays, %d duplicates, %d faults injected\n",
+		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Faults)
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(s.stderr, "deposit serve: %v\n", err)
+		return exitStop
+	}
+	return exitDone
+}
+
+func protocolOrPut(p string) string {
+	if p == "" {
+		return "put"
+	}
+	return p
+}
