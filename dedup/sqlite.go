@@ -104,8 +104,8 @@ type SQLite struct {
 	wdb *sql.DB // one connection: the writer
 	rdb *sql.DB // read-only pool
 
-	stBegin, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
-	stLookup                                    *sql.Stmt // on rdb
+	stInsert, stBegin, stConfirm, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
+	stLookup                                                         *sql.Stmt // on rdb
 
 	mu         sync.RWMutex // guards sending on queue against Close
 	closed     bool
@@ -215,7 +215,9 @@ func (s *SQLite) open() error {
 		st   **sql.Stmt
 		text string
 	}{
+		{s.wdb, &s.stInsert, sqlInsert},
 		{s.wdb, &s.stBegin, sqlBegin},
+		{s.wdb, &s.stConfirm, sqlConfirm},
 		{s.wdb, &s.stComplete, sqlComplete},
 		{s.wdb, &s.stFail, sqlFail},
 		{s.wdb, &s.stGet, sqlGet},
@@ -312,7 +314,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.stBegin, s.stComplete, s.stFail, s.stGet, s.stReset, s.stLookup} {
+	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stLookup} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -334,7 +336,10 @@ func (s *SQLite) stamp() int64 { return s.now().UnixMicro() }
 const recordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at"
 
 const (
-	sqlGet   = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
+	sqlGet    = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
+	sqlInsert = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
+		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4)
+		ON CONFLICT (target, key) DO NOTHING`
 	sqlBegin = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
 		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4)
 		ON CONFLICT (target, key) DO UPDATE SET
@@ -343,6 +348,10 @@ const (
 			updated_at = excluded.updated_at
 		WHERE records.state = 'pending'
 		RETURNING ` + recordCols
+	sqlConfirm = `UPDATE records SET state = 'done', outcome = ?3, identifier = ?4, status = ?5,
+			problem = '', updated_at = ?6
+		WHERE target = ?1 AND key = ?2 AND state <> 'done'
+		RETURNING attempts, created_at, body`
 	sqlComplete = `INSERT INTO records (target, key, state, outcome, identifier, status, attempts, created_at, updated_at)
 		VALUES (?1, ?2, 'done', ?3, ?4, ?5, 0, ?6, ?6)
 		ON CONFLICT (target, key) DO UPDATE SET
@@ -514,8 +523,20 @@ func (s *SQLite) Begin(ctx context.Context, target, key string, body []byte) (Re
 	}
 	var rec Record
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		var err error
-		rec, err = scanRecord(tx.Stmt(s.stBegin).QueryRow(target, key, blob(body), s.stamp()))
+		// The common case, a key never seen, is a plain insert whose row is
+		// known without reading it back: scanning a RETURNING row costs
+		// about as much as the insert itself.
+		now := s.stamp()
+		res, err := tx.Stmt(s.stInsert).Exec(target, key, blob(body), now)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 1 {
+			at := time.UnixMicro(now).UTC()
+			rec = Record{Target: target, Key: key, State: StatePending, Body: body, Attempts: 1, CreatedAt: at, UpdatedAt: at}
+			return nil
+		}
+		rec, err = scanRecord(tx.Stmt(s.stBegin).QueryRow(target, key, blob(body), now))
 		if errors.Is(err, sql.ErrNoRows) { // done or failed: unchanged
 			rec, err = scanRecord(tx.Stmt(s.stGet).QueryRow(target, key))
 		}
@@ -530,8 +551,26 @@ func (s *SQLite) Begin(ctx context.Context, target, key string, body []byte) (Re
 // complete runs one confirmation inside tx. It returns the record as stored
 // and whether the key was already done with another identifier.
 // stComplete and stGet are s.stComplete and s.stGet bound to tx.
-func (s *SQLite) complete(stComplete, stGet *sql.Stmt, target, key string, c Confirmation) (Record, bool, error) {
-	rec, err := scanRecord(stComplete.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, s.stamp()))
+func (s *SQLite) complete(stConfirm, stComplete, stGet *sql.Stmt, target, key string, c Confirmation) (Record, bool, error) {
+	// The common case, a pending key, is an update that returns only what
+	// the caller does not already know: scanning a whole RETURNING row
+	// costs about as much as the update itself.
+	now := s.stamp()
+	var (
+		attempts int
+		created  int64
+		body     []byte
+	)
+	err := stConfirm.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, now).Scan(&attempts, &created, &body)
+	if err == nil {
+		return Record{Target: target, Key: key, State: StateDone, Outcome: c.Outcome, Identifier: c.Identifier,
+			Status: c.Status, Body: body, Attempts: attempts,
+			CreatedAt: time.UnixMicro(created).UTC(), UpdatedAt: time.UnixMicro(now).UTC()}, false, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Record{}, false, err
+	}
+	rec, err := scanRecord(stComplete.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, now))
 	if err == nil {
 		return rec, false, nil
 	}
@@ -563,7 +602,7 @@ func (s *SQLite) Complete(ctx context.Context, target, key string, c Confirmatio
 	var conflict bool
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		rec, conflict, err = s.complete(tx.Stmt(s.stComplete), tx.Stmt(s.stGet), target, key, c)
+		rec, conflict, err = s.complete(tx.Stmt(s.stConfirm), tx.Stmt(s.stComplete), tx.Stmt(s.stGet), target, key, c)
 		return err
 	})
 	if err != nil {
@@ -599,9 +638,9 @@ func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[stri
 	var conflicts []string
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		conflicts = conflicts[:0]
-		stComplete, stGet := tx.Stmt(s.stComplete), tx.Stmt(s.stGet)
+		stConfirm, stComplete, stGet := tx.Stmt(s.stConfirm), tx.Stmt(s.stComplete), tx.Stmt(s.stGet)
 		for _, k := range keys {
-			rec, conflict, err := s.complete(stComplete, stGet, target, k, items[k])
+			rec, conflict, err := s.complete(stConfirm, stComplete, stGet, target, k, items[k])
 			if err != nil {
 				return err
 			}
