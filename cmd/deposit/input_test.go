@@ -125,10 +125,17 @@ func TestProgressBarShowsCountsRateAndETA(t *testing.T) {
 	p.logf("line 3: invalid: not JSON")
 	text := out.String()
 	require.Contains(t, text, "\r\033[K[=====")
-	require.Contains(t, text, " 25% 3 items: 2 done (1 created, 0 existing, 1 replayed), 0 failed, 1 invalid, 0 unresolved")
-	require.Contains(t, text, "items/s")
-	require.Contains(t, text, "ETA")
+	require.Regexp(t, ` 25% \d+ items/s; ETA \d+s \| 3 items: 2 done \(1 created, 0 existing, 1 replayed\), 0 failed, 1 invalid, 0 unresolved`, text)
 	require.Contains(t, text, "\r\033[Kline 3: invalid: not JSON\n\r\033[K[", "a log line clears the bar and redraws it")
+
+	t.Run("a narrow terminal cuts the counts, not the time left", func(t *testing.T) {
+		var out syncBuffer
+		p.w, p.width = &out, func() int { return 50 }
+		p.tick()
+		line := strings.TrimPrefix(out.String(), "\r\033[K")
+		require.Len(t, line, 49)
+		require.Regexp(t, `^\[=====               \]  25% \d+ items/s; ETA \d+s \| `, line)
+	})
 }
 
 func clientResult(outcome string) client.ItemResult {

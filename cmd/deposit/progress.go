@@ -163,9 +163,13 @@ func (p *progress) clear() {
 	}
 }
 
-// draw redraws the bar; p.mu held.
+// draw redraws the bar; p.mu held. Rate and ETA come first, so a narrow
+// terminal cuts the counts, not the time left.
 func (p *progress) draw() {
-	line := p.status()
+	line := p.counts()
+	if pace := p.pace(); pace != "" {
+		line = pace + " | " + line
+	}
 	if f := p.fraction(); f >= 0 {
 		const barWidth = 20
 		full := int(f * barWidth)
@@ -186,16 +190,31 @@ func (p *progress) fraction() float64 {
 	return min(1, float64(p.read.Load())/float64(p.size))
 }
 
-// status is the progress text: counts, rate, ETA; p.mu held.
+// status is the progress text of a log line: counts, rate, ETA; p.mu held.
 func (p *progress) status() string {
-	s := p.sum
-	elapsed := time.Since(p.start)
-	done := s.Created + s.Existing + s.Replayed
-	text := fmt.Sprintf("%d items: %d done (%d created, %d existing, %d replayed), %d failed, %d invalid, %d unresolved; %d requests",
-		s.Total, done, s.Created, s.Existing, s.Replayed, s.Failed, s.Invalid, s.Unresolved, p.requests.Load())
-	if secs := elapsed.Seconds(); secs > 0 {
-		text += fmt.Sprintf("; %.0f items/s", float64(s.Total)/secs)
+	if pace := p.pace(); pace != "" {
+		return p.counts() + "; " + pace
 	}
+	return p.counts()
+}
+
+// counts is the items and requests so far; p.mu held.
+func (p *progress) counts() string {
+	s := p.sum
+	done := s.Created + s.Existing + s.Replayed
+	return fmt.Sprintf("%d items: %d done (%d created, %d existing, %d replayed), %d failed, %d invalid, %d unresolved; %d requests",
+		s.Total, done, s.Created, s.Existing, s.Replayed, s.Failed, s.Invalid, s.Unresolved, p.requests.Load())
+}
+
+// pace is the rate and, when the input's size is known, the time left;
+// p.mu held.
+func (p *progress) pace() string {
+	elapsed := time.Since(p.start)
+	secs := elapsed.Seconds()
+	if secs <= 0 {
+		return ""
+	}
+	text := fmt.Sprintf("%.0f items/s", float64(p.sum.Total)/secs)
 	if f := p.fraction(); f > 0 && f < 1 {
 		eta := time.Duration(float64(elapsed) * (1 - f) / f)
 		text += fmt.Sprintf("; ETA %s", eta.Round(time.Second))
