@@ -11,7 +11,6 @@ import (
 	"io"
 	"maps"
 	"mime"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -107,16 +106,15 @@ type DataCiteStats struct {
 //
 // DataCite is safe for concurrent use.
 type DataCite struct {
-	cfg    DataCiteConfig
-	faults Faults
-	done   chan struct{}
+	cfg  DataCiteConfig
+	inj  *injector
+	done chan struct{}
 
 	mu       sync.Mutex
 	closed   bool
 	dois     map[string]*dcRecord
 	order    []*dcRecord
 	inflight map[string]chan struct{} // DOI -> closed when its create ends
-	attempts map[string]int           // class + "\x00" + DOI -> requests
 	seq      uint64                   // random suffixes drawn
 	stats    DataCiteStats
 }
@@ -145,11 +143,9 @@ func NewDataCite(cfg DataCiteConfig) (*DataCite, error) {
 	for i, p := range cfg.Prefixes {
 		cfg.Prefixes[i] = strings.ToLower(p)
 	}
-	return &DataCite{
-		cfg: cfg, faults: faults, done: make(chan struct{}),
-		dois: map[string]*dcRecord{}, inflight: map[string]chan struct{}{}, attempts: map[string]int{},
-		stats: DataCiteStats{FaultsByKind: map[string]int64{}},
-	}, nil
+	d := &DataCite{cfg: cfg, done: make(chan struct{}), dois: map[string]*dcRecord{}, inflight: map[string]chan struct{}{}}
+	d.inj = newInjector(faults, cfg.Seed, cfg.Latency, time.Now, d.done, injectedDCError, &d.mu)
+	return d, nil
 }
 
 // Close ends every wait; later requests get 503. Close is idempotent.
@@ -168,7 +164,7 @@ func (d *DataCite) Stats() DataCiteStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.stats
-	s.FaultsByKind = maps.Clone(d.stats.FaultsByKind)
+	s.Faults, s.FaultsByKind = d.inj.count, maps.Clone(d.inj.byKind)
 	return s
 }
 
@@ -260,8 +256,8 @@ func (d *DataCite) create(w http.ResponseWriter, r *http.Request) {
 		dcError(w, http.StatusForbidden, "", "You are not authorized to access this resource.")
 		return
 	}
-	ft, faulted := d.draw("create", faultKey)
-	if faulted && d.injectEarly(w, ft) {
+	ft, answered := d.inj.early(w, "create", faultKey)
+	if answered {
 		return
 	}
 	event, _ := attrs["event"].(string)
@@ -276,7 +272,7 @@ func (d *DataCite) create(w http.ResponseWriter, r *http.Request) {
 				d.stats.Taken++
 				d.mu.Unlock()
 				body, _ := json.Marshal(map[string]any{"errors": []dcErr{{Source: "doi", Title: "This DOI has already been taken", UID: doi}}})
-				d.finish(w, r, ft, faulted, http.StatusUnprocessableEntity, nil, body)
+				d.finish(w, r, ft, http.StatusUnprocessableEntity, nil, body)
 				return
 			}
 			// Lost the race to a create that was committing.
@@ -310,7 +306,7 @@ func (d *DataCite) create(w http.ResponseWriter, r *http.Request) {
 	if d.cfg.beforeCommit != nil {
 		d.cfg.beforeCommit(doi)
 	}
-	if !d.wait(d.cfg.Latency + d.faults.latency) {
+	if !d.inj.delay() {
 		d.mu.Lock()
 		end()
 		d.mu.Unlock()
@@ -323,7 +319,7 @@ func (d *DataCite) create(w http.ResponseWriter, r *http.Request) {
 	end()
 	out := rec.encode()
 	d.mu.Unlock()
-	d.finish(w, r, ft, faulted, http.StatusCreated, http.Header{"Location": {doiURL(r, doi)}}, out)
+	d.finish(w, r, ft, http.StatusCreated, http.Header{"Location": {doiURL(r, doi)}}, out)
 }
 
 // update serves PUT /dois/{doi}: an upsert.
@@ -336,13 +332,13 @@ func (d *DataCite) update(w http.ResponseWriter, r *http.Request, doi string) {
 		dcError(w, http.StatusForbidden, "", "You are not authorized to access this resource.")
 		return
 	}
-	ft, faulted := d.draw("update", doi)
-	if faulted && d.injectEarly(w, ft) {
+	ft, answered := d.inj.early(w, "update", doi)
+	if answered {
 		return
 	}
 	delete(attrs, "doi")
 	event, _ := attrs["event"].(string)
-	if !d.wait(d.cfg.Latency + d.faults.latency) {
+	if !d.inj.delay() {
 		dcError(w, http.StatusServiceUnavailable, "", "The server is closing.")
 		return
 	}
@@ -370,17 +366,14 @@ func (d *DataCite) update(w http.ResponseWriter, r *http.Request, doi string) {
 	d.applyEvent(rec, event)
 	out := rec.encode()
 	d.mu.Unlock()
-	d.finish(w, r, ft, faulted, status, nil, out)
+	d.finish(w, r, ft, status, nil, out)
 }
 
 // read serves GET /dois/{doi}.
 func (d *DataCite) read(w http.ResponseWriter, r *http.Request, doi string, authed bool) {
-	var ft fault
-	var faulted bool
-	if d.faults.reads {
-		if ft, faulted = d.draw("read", doi); faulted && d.injectEarly(w, ft) {
-			return
-		}
+	ft, answered := d.inj.early(w, "read", doi)
+	if answered {
+		return
 	}
 	d.mu.Lock()
 	rec, ok := d.dois[doi]
@@ -393,7 +386,7 @@ func (d *DataCite) read(w http.ResponseWriter, r *http.Request, doi string, auth
 		dcError(w, http.StatusNotFound, "", "The resource you are looking for doesn't exist.")
 		return
 	}
-	d.finish(w, r, ft, faulted, http.StatusOK, nil, out)
+	d.finish(w, r, ft, http.StatusOK, nil, out)
 }
 
 // add stores a new draft DOI. d.mu is held.
@@ -470,98 +463,6 @@ func missingFor(event string, attrs map[string]any, doi string) []dcErr {
 	return errs
 }
 
-// draw counts a request for (class, key) and returns its fault, if any.
-func (d *DataCite) draw(class, key string) (fault, bool) {
-	d.mu.Lock()
-	ak := class + "\x00" + key
-	d.attempts[ak]++
-	attempt := d.attempts[ak]
-	d.mu.Unlock()
-	return d.faults.draw(d.cfg.Seed, class, key, attempt)
-}
-
-// injectEarly injects a fault that strikes before anything commits and
-// reports whether it answered the request.
-func (d *DataCite) injectEarly(w http.ResponseWriter, ft fault) bool {
-	switch {
-	case ft.kind == kindReset:
-		d.countFault(ft)
-		hangUp(w)
-		return true
-	case ft.status != 0:
-		d.countFault(ft)
-		if ft.retryAfter >= 0 {
-			if ft.dateAfter {
-				at := time.Now().Add(time.Duration(ft.retryAfter)*time.Second + time.Second - 1)
-				w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
-			} else {
-				w.Header().Set("Retry-After", strconv.Itoa(ft.retryAfter))
-			}
-		}
-		dcError(w, ft.status, strconv.Itoa(ft.status), http.StatusText(ft.status))
-		return true
-	}
-	return false
-}
-
-func (d *DataCite) countFault(ft fault) {
-	d.mu.Lock()
-	d.stats.Faults++
-	d.stats.FaultsByKind[ft.kind]++
-	d.mu.Unlock()
-}
-
-// finish writes a JSON:API answer, unless the fault drops it or trickles it.
-func (d *DataCite) finish(w http.ResponseWriter, r *http.Request, ft fault, faulted bool, status int, hdr http.Header, body []byte) {
-	if faulted && ft.kind == kindDrop {
-		d.countFault(ft)
-		hangUp(w)
-		return
-	}
-	maps.Copy(w.Header(), hdr)
-	w.Header().Set("Content-Type", dcMediaType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	if !(faulted && ft.kind == kindSlow) {
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-		return
-	}
-	d.countFault(ft)
-	w.WriteHeader(status)
-	rc := http.NewResponseController(w)
-	for i := range body {
-		if _, err := w.Write(body[i : i+1]); err != nil {
-			return
-		}
-		_ = rc.Flush()
-		if i < len(body)-1 {
-			select {
-			case <-time.After(ft.every):
-			case <-r.Context().Done():
-				return
-			case <-d.done:
-				return
-			}
-		}
-	}
-}
-
-// wait sleeps for dur unless the stub closes first; a client that gives up
-// does not stop a commit.
-func (d *DataCite) wait(dur time.Duration) bool {
-	if dur <= 0 {
-		return true
-	}
-	t := time.NewTimer(dur)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-d.done:
-		return false
-	}
-}
-
 // attributes are the attributes of rec as answered. d.mu is held.
 func (rec *dcRecord) attributes() json.RawMessage {
 	attrs := maps.Clone(rec.attrs)
@@ -630,6 +531,17 @@ func dcErrors(w http.ResponseWriter, status int, errs []dcErr) {
 	_, _ = w.Write(body)
 }
 
+// finish writes a JSON:API answer, unless ft drops it or trickles it.
+func (d *DataCite) finish(w http.ResponseWriter, r *http.Request, ft fault, status int, hdr http.Header, body []byte) {
+	w.Header().Set("Content-Type", dcMediaType)
+	d.inj.finish(w, r, ft, status, hdr, body)
+}
+
+// injectedDCError answers an injected status fault.
+func injectedDCError(w http.ResponseWriter, status int) {
+	dcError(w, status, strconv.Itoa(status), http.StatusText(status))
+}
+
 func dcError(w http.ResponseWriter, status int, code, title string) {
 	if code == "" {
 		code = strconv.Itoa(status)
@@ -654,12 +566,8 @@ type DataCiteServer struct {
 	// DOIs are created at URL/dois.
 	URL string
 
-	d      *DataCite
-	srv    *http.Server
-	client *http.Client
-	active sync.WaitGroup
-	mu     sync.Mutex
-	closed bool
+	d  *DataCite
+	lo *loopback
 }
 
 // NewDataCiteServer starts a DataCite stub for cfg on 127.0.0.1.
@@ -668,36 +576,18 @@ func NewDataCiteServer(cfg DataCiteConfig) (*DataCiteServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("repotest: listen: %w", err)
-	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.Proxy = nil
-	transport.MaxIdleConnsPerHost = 64
-	s := &DataCiteServer{URL: "http://" + ln.Addr().String(), d: d, client: &http.Client{Transport: transport}}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
-}
-
-// serve tracks the request so Close can wait for it.
-func (s *DataCiteServer) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	lo, err := startLoopback(d, func(w http.ResponseWriter, _ *http.Request) {
 		dcError(w, http.StatusServiceUnavailable, "", "The server is closed.")
-		return
+	})
+	if err != nil {
+		return nil, err
 	}
-	s.active.Add(1)
-	s.mu.Unlock()
-	defer s.active.Done()
-	s.d.ServeHTTP(w, r)
+	return &DataCiteServer{URL: lo.url, d: d, lo: lo}, nil
 }
 
 // Client returns an HTTP client for the server. Its idle connections are
 // closed by Close.
-func (s *DataCiteServer) Client() *http.Client { return s.client }
+func (s *DataCiteServer) Client() *http.Client { return s.lo.client }
 
 // Stats returns a snapshot of the stub's counters.
 func (s *DataCiteServer) Stats() DataCiteStats { return s.d.Stats() }
@@ -708,15 +598,8 @@ func (s *DataCiteServer) DOIs() []DataCiteDOI { return s.d.DOIs() }
 // Close ends every wait, closes the listener and every connection, and
 // waits for the handlers to return. Close is idempotent.
 func (s *DataCiteServer) Close() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
+	if s.lo.shut() {
+		_ = s.d.Close()
+		s.lo.drain()
 	}
-	s.closed = true
-	s.mu.Unlock()
-	_ = s.d.Close()
-	_ = s.srv.Close()
-	s.active.Wait()
-	s.client.CloseIdleConnections()
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -250,4 +252,138 @@ func unit(seed int64, class, key string, attempt int) float64 {
 	h.Write([]byte(key))
 	sum := h.Sum(nil)
 	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / math.Exp2(53)
+}
+
+// injector applies a Faults to the requests of one server: it numbers the
+// attempts per (class, key), counts the faults it injects, delays commits, and
+// refuses, drops or trickles answers. Its maps and counters are guarded by mu,
+// the owner's mutex, so the owner's Stats stay one snapshot.
+type injector struct {
+	faults  Faults
+	seed    int64
+	latency time.Duration                           // before every commit: the config's plus the spec's
+	now     func() time.Time                        // for Retry-After dates
+	done    <-chan struct{}                         // closed when the owner closes: ends every wait
+	refuse  func(w http.ResponseWriter, status int) // writes a status fault's answer in the owner's format
+	mu      *sync.Mutex
+
+	attempts map[string]int   // class + "\x00" + key -> requests seen
+	count    int64            // faults injected, all kinds
+	byKind   map[string]int64 // faults injected by kind
+}
+
+// newInjector returns an injector for f that delays every commit by latency
+// plus the spec's latency rule.
+func newInjector(f Faults, seed int64, latency time.Duration, now func() time.Time, done <-chan struct{},
+	refuse func(http.ResponseWriter, int), mu *sync.Mutex) *injector {
+	return &injector{
+		faults: f, seed: seed, latency: latency + f.latency, now: now, done: done, refuse: refuse, mu: mu,
+		attempts: map[string]int{}, byKind: map[string]int64{},
+	}
+}
+
+// early numbers a request for (class, key), draws its fault, and injects the
+// fault if it strikes before anything commits (reset, a status). It returns the
+// fault, zero if none, and whether it answered the request. A "read" draws
+// nothing unless the spec has the reads rule.
+func (in *injector) early(w http.ResponseWriter, class, key string) (fault, bool) {
+	if class == "read" && !in.faults.reads {
+		return fault{}, false
+	}
+	in.mu.Lock()
+	ak := class + "\x00" + key
+	in.attempts[ak]++
+	attempt := in.attempts[ak]
+	in.mu.Unlock()
+	ft, _ := in.faults.draw(in.seed, class, key, attempt)
+	switch {
+	case ft.kind == kindReset:
+		in.counted(ft)
+		hangUp(w)
+		return ft, true
+	case ft.status != 0:
+		in.counted(ft)
+		if ft.retryAfter >= 0 {
+			if ft.dateAfter {
+				// HTTP-dates have whole seconds: round up so the wait is never shorter.
+				at := in.now().Add(time.Duration(ft.retryAfter)*time.Second + time.Second - 1)
+				w.Header().Set("Retry-After", at.UTC().Format(http.TimeFormat))
+			} else {
+				w.Header().Set("Retry-After", strconv.Itoa(ft.retryAfter))
+			}
+		}
+		in.refuse(w, ft.status)
+		return ft, true
+	}
+	return ft, false
+}
+
+// counted counts ft as injected.
+func (in *injector) counted(ft fault) {
+	in.mu.Lock()
+	in.count++
+	in.byKind[ft.kind]++
+	in.mu.Unlock()
+}
+
+// delay sleeps for the latency before a commit and reports whether it slept
+// fully. Only Close ends it: a client that gives up does not stop a commit.
+func (in *injector) delay() bool { return sleep(in.latency, in.done, nil) }
+
+// finish writes an answer, unless ft drops it or trickles its body.
+func (in *injector) finish(w http.ResponseWriter, r *http.Request, ft fault, status int, hdr http.Header, body []byte) {
+	if ft.kind == kindDrop {
+		in.counted(ft)
+		hangUp(w)
+		return
+	}
+	maps.Copy(w.Header(), hdr)
+	if body != nil {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
+	if ft.kind != kindSlow || len(body) == 0 {
+		w.WriteHeader(status)
+		_, _ = w.Write(body)
+		return
+	}
+	in.counted(ft)
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	for i := range body {
+		if _, err := w.Write(body[i : i+1]); err != nil {
+			return
+		}
+		_ = rc.Flush()
+		if i < len(body)-1 && !sleep(ft.every, r.Context().Done(), in.done) {
+			return
+		}
+	}
+}
+
+// sleep waits for d unless stop or cancel (either may be nil) is closed first,
+// and reports whether it slept fully.
+func sleep(d time.Duration, stop, cancel <-chan struct{}) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	case <-cancel:
+		return false
+	}
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// HTTP/2 and other writers that cannot be hijacked: abort the stream instead.
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
 }

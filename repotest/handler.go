@@ -131,23 +131,22 @@ type Stats struct {
 // Handler is the reference repository as an http.Handler, for `deposit serve` and
 // for tests that bring their own listener. It is safe for concurrent use.
 type Handler struct {
-	cfg    Config
-	faults Faults
-	disk   *diskStore
-	now    func() time.Time
+	cfg  Config
+	inj  *injector
+	disk *diskStore
+	now  func() time.Time
 
 	done chan struct{} // closed by Close: ends every wait
 
-	mu       sync.Mutex
-	closed   bool
-	records  []Record
-	meta     []recordMeta
-	byKey    map[string][]int // put: key; idempotency-key: path + "\x00" + key -> record indexes
-	byBody   map[string]int   // duplicate fingerprint -> records with it
-	locks    map[string]lock
-	attempts map[string]int // class + "\x00" + fault key -> requests seen
-	lockSeq  uint64
-	stats    Stats
+	mu      sync.Mutex
+	closed  bool
+	records []Record
+	meta    []recordMeta
+	byKey   map[string][]int // put: key; idempotency-key: path + "\x00" + key -> record indexes
+	byBody  map[string]int   // duplicate fingerprint -> records with it
+	locks   map[string]lock
+	lockSeq uint64
+	stats   Stats
 }
 
 type recordMeta struct {
@@ -182,14 +181,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	h := &Handler{
-		cfg: cfg, faults: faults, now: cfg.now, done: make(chan struct{}),
-		byKey: map[string][]int{}, byBody: map[string]int{},
-		locks: map[string]lock{}, attempts: map[string]int{},
-		stats: Stats{FaultsByKind: map[string]int64{}},
+		cfg: cfg, now: cfg.now, done: make(chan struct{}),
+		byKey: map[string][]int{}, byBody: map[string]int{}, locks: map[string]lock{},
 	}
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.inj = newInjector(faults, cfg.Seed, cfg.Latency, h.now, h.done, injectedProblem, &h.mu)
 	if cfg.DBPath != "" {
 		if h.disk, err = openDisk(cfg.DBPath); err != nil {
 			return nil, err
@@ -227,7 +225,7 @@ func (h *Handler) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.stats
-	s.FaultsByKind = maps.Clone(h.stats.FaultsByKind)
+	s.Faults, s.FaultsByKind = h.inj.count, maps.Clone(h.inj.byKind)
 	s.Records = int64(len(h.records))
 	return s
 }
@@ -292,8 +290,8 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ft, faulted := h.draw("create", key)
-	if faulted && h.injectEarly(w, r, ft) {
+	ft, answered := h.inj.early(w, "create", key)
+	if answered {
 		return
 	}
 	full, dup, ok := validate(w, r, body, h.cfg.DuplicateIgnore)
@@ -314,7 +312,7 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.beforeCommit != nil {
 		h.cfg.beforeCommit(key)
 	}
-	if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+	if !h.inj.delay() {
 		problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
 		return
 	}
@@ -323,7 +321,7 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	if len(existing) > 0 && !h.cfg.IgnoreIfNoneMatch {
 		h.stats.Replays++
 		h.mu.Unlock()
-		h.finish(w, r, ft, faulted, http.StatusPreconditionFailed, nil, nil)
+		h.inj.finish(w, r, ft, http.StatusPreconditionFailed, nil, nil)
 		return
 	}
 	rec, err := h.create(Record{Key: key, Path: r.URL.Path, Body: body}, recordMeta{full: full, dup: dup}, key)
@@ -338,17 +336,14 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	}
 	out, _ := json.Marshal(map[string]string{"identifier": rec.Identifier, "key": key})
 	hdr := http.Header{"Content-Type": {"application/json"}, "Location": {recordURL(r, key)}}
-	h.finish(w, r, ft, faulted, status, hdr, out)
+	h.inj.finish(w, r, ft, status, hdr, out)
 }
 
 // serveGet answers a read-back under put.
 func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
-	var ft fault
-	var faulted bool
-	if h.faults.reads {
-		if ft, faulted = h.draw("read", key); faulted && h.injectEarly(w, r, ft) {
-			return
-		}
+	ft, answered := h.inj.early(w, "read", key)
+	if answered {
+		return
 	}
 	h.mu.Lock()
 	idx := h.byKey[key]
@@ -358,8 +353,8 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	h.mu.Unlock()
 	if len(idx) == 0 {
-		if faulted && ft.kind == kindDrop {
-			h.finish(w, r, ft, faulted, 0, nil, nil)
+		if ft.kind == kindDrop {
+			h.inj.finish(w, r, ft, 0, nil, nil)
 			return
 		}
 		problem(w, http.StatusNotFound, "no record has this key", nil)
@@ -371,7 +366,7 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 		Created    time.Time       `json:"created"`
 		Metadata   json.RawMessage `json:"metadata"`
 	}{rec.Identifier, rec.Key, rec.Created, rec.Body})
-	h.finish(w, r, ft, faulted, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, out)
+	h.inj.finish(w, r, ft, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, out)
 }
 
 // servePost serves POST {path} with an Idempotency-Key.
@@ -408,8 +403,8 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		sum := sha256.Sum256(body)
 		faultKey = "body\x00" + hex.EncodeToString(sum[:])
 	}
-	ft, faulted := h.draw("create", faultKey)
-	if faulted && h.injectEarly(w, r, ft) {
+	ft, answered := h.inj.early(w, "create", faultKey)
+	if answered {
 		return
 	}
 	full, dup, ok := validate(w, r, body, h.cfg.DuplicateIgnore)
@@ -419,7 +414,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 	rec := Record{Key: key, Path: r.URL.Path, Body: body}
 	meta := recordMeta{full: full, dup: dup}
 	if key == "" {
-		if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+		if !h.inj.delay() {
 			problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
 			return
 		}
@@ -430,7 +425,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusInternalServerError, err.Error(), nil)
 			return
 		}
-		h.finish(w, r, ft, faulted, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, idBody(rec.Identifier))
+		h.inj.finish(w, r, ft, http.StatusCreated, http.Header{"Content-Type": {"application/json"}}, idBody(rec.Identifier))
 		return
 	}
 	cacheKey := r.URL.Path + "\x00" + key
@@ -445,7 +440,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		h.stats.Replays++
 		id := h.records[i].Identifier
 		h.mu.Unlock()
-		h.finish(w, r, ft, faulted, http.StatusCreated, replyHeader("hit"), idBody(id))
+		h.inj.finish(w, r, ft, http.StatusCreated, replyHeader("hit"), idBody(id))
 		return
 	}
 	if l, ok := h.locks[cacheKey]; ok && now.Before(l.expires) {
@@ -466,7 +461,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.beforeCommit != nil {
 		h.cfg.beforeCommit(key)
 	}
-	if !h.wait(nil, h.cfg.Latency+h.faults.latency) {
+	if !h.inj.delay() {
 		h.mu.Lock()
 		release()
 		h.mu.Unlock()
@@ -481,7 +476,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusInternalServerError, err.Error(), nil)
 		return
 	}
-	h.finish(w, r, ft, faulted, http.StatusCreated, replyHeader("miss"), idBody(rec.Identifier))
+	h.inj.finish(w, r, ft, http.StatusCreated, replyHeader("miss"), idBody(rec.Identifier))
 }
 
 // result returns the newest record for cacheKey still within ResultTTL. h.mu is held.
@@ -530,114 +525,6 @@ func (h *Handler) add(r Record, m recordMeta) {
 		h.byKey[ck] = append(h.byKey[ck], i)
 	}
 	h.byBody[m.dup]++
-}
-
-// draw counts a request for (class, key) and returns its fault, if any.
-func (h *Handler) draw(class, key string) (fault, bool) {
-	h.mu.Lock()
-	ak := class + "\x00" + key
-	h.attempts[ak]++
-	attempt := h.attempts[ak]
-	h.mu.Unlock()
-	return h.faults.draw(h.cfg.Seed, class, key, attempt)
-}
-
-// injectEarly injects a fault that strikes before anything commits and reports
-// whether it answered the request.
-func (h *Handler) injectEarly(w http.ResponseWriter, r *http.Request, ft fault) bool {
-	switch {
-	case ft.kind == kindReset:
-		h.countFault(ft)
-		hangUp(w)
-		return true
-	case ft.status != 0:
-		h.countFault(ft)
-		hdr := http.Header{}
-		if ft.retryAfter >= 0 {
-			if ft.dateAfter {
-				// HTTP-dates have whole seconds: round up so the wait is never shorter.
-				at := h.now().Add(time.Duration(ft.retryAfter)*time.Second + time.Second - 1)
-				hdr.Set("Retry-After", at.UTC().Format(http.TimeFormat))
-			} else {
-				hdr.Set("Retry-After", strconv.Itoa(ft.retryAfter))
-			}
-		}
-		detail := "injected fault"
-		if ft.status == http.StatusConflict {
-			detail = "injected fault: a request with this key is in flight"
-		}
-		problem(w, ft.status, detail, hdr)
-		return true
-	}
-	return false
-}
-
-func (h *Handler) countFault(ft fault) {
-	h.mu.Lock()
-	h.stats.Faults++
-	h.stats.FaultsByKind[ft.kind]++
-	h.mu.Unlock()
-}
-
-// finish writes an answer, unless the fault drops it or trickles its body.
-func (h *Handler) finish(w http.ResponseWriter, r *http.Request, ft fault, faulted bool, status int, hdr http.Header, body []byte) {
-	if faulted && ft.kind == kindDrop {
-		h.countFault(ft)
-		hangUp(w)
-		return
-	}
-	maps.Copy(w.Header(), hdr)
-	slow := faulted && ft.kind == kindSlow && len(body) > 0
-	if !slow {
-		if body != nil {
-			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write(body)
-		return
-	}
-	h.countFault(ft)
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	rc := http.NewResponseController(w)
-	for i := range body {
-		if _, err := w.Write(body[i : i+1]); err != nil {
-			return
-		}
-		_ = rc.Flush()
-		if i < len(body)-1 && !h.wait(r.Context().Done(), ft.every) {
-			return
-		}
-	}
-}
-
-// wait sleeps for d unless the Handler closes or done (which may be nil) ends
-// first, and reports whether it slept fully. A create waits with no done of its
-// own: a client that gives up does not stop the server from committing.
-func (h *Handler) wait(done <-chan struct{}, d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
-	case <-h.done:
-		return false
-	}
-}
-
-// hangUp closes the connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	conn, _, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		// HTTP/2 and other writers that cannot be hijacked: abort the stream instead.
-		panic(http.ErrAbortHandler)
-	}
-	_ = conn.Close()
 }
 
 // readBody reads the request body, answering 413 when it is larger than limit.
@@ -774,4 +661,13 @@ func problem(w http.ResponseWriter, status int, detail string, hdr http.Header) 
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// injectedProblem answers an injected status fault.
+func injectedProblem(w http.ResponseWriter, status int) {
+	detail := "injected fault"
+	if status == http.StatusConflict {
+		detail = "injected fault: a request with this key is in flight"
+	}
+	problem(w, status, detail, nil)
 }

@@ -16,13 +16,8 @@ type Server struct {
 	// any path below it: the path names the resource).
 	URL string
 
-	h      *Handler
-	srv    *http.Server
-	client *http.Client
-
-	mu     sync.Mutex
-	closed bool
-	active sync.WaitGroup
+	h  *Handler
+	lo *loopback
 }
 
 // NewServer starts a Server for cfg on 127.0.0.1 with a random port.
@@ -31,40 +26,18 @@ func NewServer(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, err := startLoopback(h, func(w http.ResponseWriter, _ *http.Request) {
+		problem(w, http.StatusServiceUnavailable, "the server is closed", nil)
+	})
 	if err != nil {
 		_ = h.Close()
-		return nil, fmt.Errorf("repotest: listen: %w", err)
+		return nil, err
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.Proxy = nil
-	transport.MaxIdleConnsPerHost = 64
-	s := &Server{
-		URL:    "http://" + ln.Addr().String(),
-		h:      h,
-		client: &http.Client{Transport: transport},
-	}
-	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve)}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
-}
-
-// serve tracks the request so Close can wait for it.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		problem(w, http.StatusServiceUnavailable, "the server is closed", nil)
-		return
-	}
-	s.active.Add(1)
-	s.mu.Unlock()
-	defer s.active.Done()
-	s.h.ServeHTTP(w, r)
+	return &Server{URL: lo.url, h: h, lo: lo}, nil
 }
 
 // Client returns an HTTP client for the server. Its transport is closed by Close.
-func (s *Server) Client() *http.Client { return s.client }
+func (s *Server) Client() *http.Client { return s.lo.client }
 
 // Stats returns a snapshot of the server's counters.
 func (s *Server) Stats() Stats { return s.h.Stats() }
@@ -75,15 +48,72 @@ func (s *Server) Records() []Record { return s.h.Records() }
 // Close closes the listener and every connection, blocks until all requests in
 // progress have returned, and closes the store. Close is idempotent.
 func (s *Server) Close() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if s.lo.shut() {
+		s.lo.drain()
+		_ = s.h.Close()
+	}
+}
+
+// loopback serves an http.Handler on 127.0.0.1 with a random port, for the
+// servers of this package. It tracks the requests in flight so that closing can
+// wait for them, and answers with refuse once shut.
+type loopback struct {
+	url    string // "http://127.0.0.1:PORT"
+	h      http.Handler
+	refuse http.HandlerFunc
+	srv    *http.Server
+	client *http.Client // for url, with no proxy
+
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup
+}
+
+// startLoopback starts serving h; refuse answers the requests that arrive once
+// the loopback is shut.
+func startLoopback(h http.Handler, refuse http.HandlerFunc) (*loopback, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("repotest: listen: %w", err)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil
+	transport.MaxIdleConnsPerHost = 64
+	lo := &loopback{url: "http://" + ln.Addr().String(), h: h, refuse: refuse, client: &http.Client{Transport: transport}}
+	lo.srv = &http.Server{Handler: http.HandlerFunc(lo.serve)}
+	go func() { _ = lo.srv.Serve(ln) }()
+	return lo, nil
+}
+
+// serve tracks the request so drain can wait for it.
+func (lo *loopback) serve(w http.ResponseWriter, r *http.Request) {
+	lo.mu.Lock()
+	if lo.closed {
+		lo.mu.Unlock()
+		lo.refuse(w, r)
 		return
 	}
-	s.closed = true
-	s.mu.Unlock()
-	_ = s.srv.Close()
-	s.active.Wait()
-	_ = s.h.Close()
-	s.client.CloseIdleConnections()
+	lo.active.Add(1)
+	lo.mu.Unlock()
+	defer lo.active.Done()
+	lo.h.ServeHTTP(w, r)
+}
+
+// shut refuses every later request and reports whether this call shut it.
+func (lo *loopback) shut() bool {
+	lo.mu.Lock()
+	defer lo.mu.Unlock()
+	if lo.closed {
+		return false
+	}
+	lo.closed = true
+	return true
+}
+
+// drain closes the listener and every connection, waits for the requests in
+// flight, and closes the client's idle connections.
+func (lo *loopback) drain() {
+	_ = lo.srv.Close()
+	lo.active.Wait()
+	lo.client.CloseIdleConnections()
 }
