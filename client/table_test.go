@@ -268,12 +268,15 @@ func TestErrorsNeverCarryCredentialsOrQueries(t *testing.T) {
 }
 
 func TestSameKeyIsNeverInFlightTwice(t *testing.T) {
-	release := make(chan struct{})
+	release, arrived := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	writes := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		writes++
+		if writes == 1 {
+			close(arrived)
+		}
 		mu.Unlock()
 		<-release
 		w.WriteHeader(201)
@@ -284,29 +287,23 @@ func TestSameKeyIsNeverInFlightTwice(t *testing.T) {
 
 	const n = 8
 	results := make(chan Result, n)
+	errs := make(chan error, n)
 	for range n {
 		go func() {
 			res, err := c.Deposit(context.Background(), []byte(payload))
-			require.NoError(t, err)
+			errs <- err
 			results <- res
 		}()
 	}
 	// Hold the first request until the others have had time to pile up
 	// behind it; whether they join the flight or find the stored result,
 	// none may send a request of its own.
-	for {
-		mu.Lock()
-		w := writes
-		mu.Unlock()
-		if w > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	<-arrived
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	outcomes := map[Outcome]int{}
 	for range n {
+		require.NoError(t, <-errs)
 		res := <-results
 		require.Equal(t, "10.5072/one", res.Identifier)
 		outcomes[res.Outcome]++
