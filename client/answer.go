@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"io"
 	"mime"
@@ -107,26 +108,39 @@ func problemDetail(header http.Header, body []byte) string {
 			Title  string `json:"title"`
 			Detail string `json:"detail"`
 			Errors []struct {
+				Source any    `json:"source"` // a member name (DataCite) or {"pointer":...} (JSON:API)
 				Title  string `json:"title"`
 				Detail string `json:"detail"`
 			} `json:"errors"`
 		}
 		if json.Unmarshal(body, &p) == nil {
-			parts := []string{}
+			var head []string // RFC 9457: title, then detail
 			for _, s := range []string{p.Title, p.Detail} {
 				if s != "" {
-					parts = append(parts, s)
+					head = append(head, s)
 				}
+			}
+			var parts []string // JSON:API errors, each with its source
+			if len(head) > 0 {
+				parts = append(parts, strings.Join(head, ": "))
 			}
 			for _, e := range p.Errors {
-				if e.Detail != "" {
-					parts = append(parts, e.Detail)
-				} else if e.Title != "" {
-					parts = append(parts, e.Title)
+				msg := cmp.Or(e.Detail, e.Title)
+				if msg == "" {
+					continue
 				}
+				switch src := e.Source.(type) {
+				case string:
+					msg = src + ": " + msg
+				case map[string]any:
+					if ptr, ok := src["pointer"].(string); ok {
+						msg = ptr + ": " + msg
+					}
+				}
+				parts = append(parts, msg)
 			}
 			if len(parts) > 0 {
-				return oneLine(strings.Join(parts, ": "))
+				return oneLine(strings.Join(parts, "; "))
 			}
 		}
 	}

@@ -18,7 +18,11 @@ unless --db is given. It serves until SIGINT or SIGTERM, then prints its
 counters (requests, records, duplicates, faults).
 
 Under put, records live at {URL}/{key} (PUT with If-None-Match: * creates,
-GET reads back); under idempotency-key, POST to {URL} with an Idempotency-Key.`
+GET reads back); under idempotency-key, POST to {URL} with an Idempotency-Key.
+Under datacite it is a DataCite REST API stub (POST {URL}/dois, prefix
+10.5072, DataCite's own 422 and 409 answers) for trying --protocol datacite
+locally; it asks for basic auth only when DATACITE_REPOSITORY_ID and
+DATACITE_PASSWORD are set. --db and --verify-key do not apply to it.`
 
 // shutdownGrace is how long serve waits for requests in progress when asked
 // to stop.
@@ -34,10 +38,10 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		verifyKey bool
 		latency   time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key] [--faults SPEC] [--seed N] [--db FILE]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite] [--faults SPEC] [--seed N] [--db FILE]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put or idempotency-key")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key or datacite")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
@@ -53,10 +57,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if _, err := repotest.ParseFaults(faults); err != nil {
 		return c.usageError(s, "--faults: %v", err)
 	}
-	h, err := repotest.NewHandler(repotest.Config{
-		Protocol: repotest.Protocol(protocol), Faults: faults, Seed: seed, DBPath: db,
-		VerifyKey: verifyKey, Latency: latency,
-	})
+	h, err := newRepository(protocol, faults, seed, db, verifyKey, latency, s.getenv)
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
@@ -94,14 +95,51 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		}
 		err = nil
 	}
-	st := h.Stats()
-	fmt.Fprintf(s.stdout, "deposit serve: stopped: %d requests, %d records, %d created, %d replays, %d duplicates, %d faults injected\n",
-		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Faults)
+	fmt.Fprintf(s.stdout, "deposit serve: stopped: %s\n", h.counters())
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintf(s.stderr, "deposit serve: %v\n", err)
 		return exitStop
 	}
 	return exitDone
+}
+
+// repository is what serve runs: the reference repository or the DataCite
+// stub, with its counters in one line.
+type repository interface {
+	http.Handler
+	Close() error
+	counters() string
+}
+
+func newRepository(protocol, faults string, seed int64, db string, verifyKey bool, latency time.Duration, getenv func(string) string) (repository, error) {
+	if protocol == "datacite" {
+		d, err := repotest.NewDataCite(repotest.DataCiteConfig{
+			Faults: faults, Seed: seed, Latency: latency,
+			Username: getenv("DATACITE_REPOSITORY_ID"), Password: getenv("DATACITE_PASSWORD"),
+		})
+		return dataciteRepository{d}, err
+	}
+	h, err := repotest.NewHandler(repotest.Config{
+		Protocol: repotest.Protocol(protocol), Faults: faults, Seed: seed, DBPath: db,
+		VerifyKey: verifyKey, Latency: latency,
+	})
+	return referenceRepository{h}, err
+}
+
+type referenceRepository struct{ *repotest.Handler }
+
+func (r referenceRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d records, %d created, %d replays, %d duplicates, %d faults injected",
+		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Faults)
+}
+
+type dataciteRepository struct{ *repotest.DataCite }
+
+func (r dataciteRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d DOIs minted, %d taken, %d events, %d faults injected",
+		st.Requests, st.Minted, st.Taken, st.Events, st.Faults)
 }
 
 func protocolOrPut(p string) string {
