@@ -157,6 +157,8 @@ Environment:
   DEPOSIT_KEY_SECRET     secret for Idempotency-Key values (never echoed)
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION
                          sign the requests of --protocol s3 (never echoed)
+  DATACITE_REPOSITORY_ID, DATACITE_PASSWORD
+                         the repository's credentials under --protocol datacite
 
 Exit status (the first that applies):
   2  the run could not proceed: usage, store unusable or settings mismatch,
