@@ -116,14 +116,12 @@ func TestDataCiteConfig(t *testing.T) {
 		c, err := New(Config{Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store})
 		require.NoError(t, err)
 		require.Equal(t, "datacite "+DataCiteTestEndpoint+" "+testPrefix, c.Target())
-		_, limited := c.http.Transport.(*limitedTransport)
-		require.True(t, limited, "rate limited by default")
+		require.NotNil(t, c.http.Transport.(*sharedTransport).limiter, "rate limited by default")
 	})
 	t.Run("a negative rate is unlimited", func(t *testing.T) {
 		c, err := New(Config{Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store, Rate: -1})
 		require.NoError(t, err)
-		_, limited := c.http.Transport.(*limitedTransport)
-		require.False(t, limited)
+		require.Nil(t, c.http.Transport.(*sharedTransport).limiter)
 	})
 	t.Run("production only when named", func(t *testing.T) {
 		c, err := New(Config{Protocol: ProtocolDataCite, Endpoint: DataCiteEndpoint, DOIPrefix: "10.1234", Store: store})

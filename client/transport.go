@@ -24,23 +24,31 @@ func newHTTPClient(base *http.Client, rate float64) *http.Client {
 		hc.Transport = t
 		hc.Timeout = defaultAttemptTimeout
 	}
-	if rate > 0 {
-		rt := hc.Transport
-		if rt == nil {
-			rt = http.DefaultTransport
-		}
-		hc.Transport = &limitedTransport{next: rt, limiter: backoff.NewLimiter(rate)}
+	rt := hc.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
 	}
+	if shared, ok := rt.(*sharedTransport); ok && rate <= 0 {
+		rt = shared // already wrapped (the s3 signer), no limit to add
+	} else {
+		rt = &sharedTransport{next: rt, limiter: backoff.NewLimiter(rate)}
+	}
+	hc.Transport = rt
 	return &hc
 }
 
-// limitedTransport waits for the rate limiter before each request.
-type limitedTransport struct {
+// sharedTransport is the transport every deposit of a client shares. It
+// waits for the rate limiter (nil: unlimited) before each request, and it
+// deliberately has no CloseIdleConnections: go-retryablehttp closes its
+// client's idle connections whenever it gives up on a request, which on a
+// transport shared by a whole batch would drop every worker's keep-alive
+// connection at each failure. net/http discards broken connections itself.
+type sharedTransport struct {
 	next    http.RoundTripper
 	limiter *backoff.Limiter
 }
 
-func (t *limitedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.limiter.Wait(req.Context()); err != nil {
 		if req.Body != nil {
 			req.Body.Close()
