@@ -164,13 +164,15 @@ func TestKilledRunsFinishExactlyOnce(t *testing.T) {
 	pending := pendingRows(t, db)
 	t.Logf("after the kills: %d records on the server, %d pending in the store", srv.Stats().Records, pending)
 
-	recovered := 0
+	recovered, unresolved := 0, 0
 	for round := 1; ; round++ {
 		require.LessOrEqual(t, round, 10, "the batch never finished")
 		p := start(t, args...)
 		code := p.wait(t)
 		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
-		recovered += summaryOf(t, p.stdout.String()).Recovered
+		s := summaryOf(t, p.stdout.String())
+		recovered += s.Recovered
+		unresolved += s.Unresolved
 		if round == 1 && pending > 0 {
 			require.Contains(t, p.stderr.String(), "recovered: key", "recovered items are named in the log")
 		}
@@ -178,7 +180,11 @@ func TestKilledRunsFinishExactlyOnce(t *testing.T) {
 			break
 		}
 	}
-	require.Equal(t, pending, recovered, "every item left pending by a killed run is reported recovered once")
+	// Every item a killed run left pending is reported recovered once; an
+	// item a re-run itself leaves unresolved (its retries ran out) is
+	// recovered by the next one, so it may add to the count.
+	require.GreaterOrEqual(t, recovered, pending, "every item left pending by a killed run is reported recovered")
+	require.LessOrEqual(t, recovered, pending+unresolved, "no item is reported recovered twice")
 	checkExactlyOnce(t, srv, db, distinct)
 
 	p := start(t, args...)
