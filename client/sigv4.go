@@ -44,7 +44,7 @@ func signingHTTPClient(base *http.Client, creds *AWSCredentials) (*http.Client, 
 	if creds == nil || creds.AccessKeyID == "" || creds.SecretAccessKey == "" {
 		return nil, errors.New("client: protocol s3 needs Config.AWS with an access key id and a secret access key")
 	}
-	hc := newHTTPClient(base, 0)
+	hc := copyOrDefault(base)
 	next := hc.Transport
 	if next == nil {
 		next = http.DefaultTransport

@@ -15,26 +15,25 @@ const defaultAttemptTimeout = 30 * time.Second
 // Transport wrapped, not modified) or a keep-alive one, with the rate limit
 // applied to every request, retries and read-backs included.
 func newHTTPClient(base *http.Client, rate float64) *http.Client {
-	var hc http.Client
-	if base != nil {
-		hc = *base
-	} else {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 64
-		hc.Transport = t
-		hc.Timeout = defaultAttemptTimeout
-	}
+	hc := copyOrDefault(base)
 	rt := hc.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	if shared, ok := rt.(*sharedTransport); ok && rate <= 0 {
-		rt = shared // already wrapped (the s3 signer), no limit to add
-	} else {
-		rt = &sharedTransport{next: rt, limiter: backoff.NewLimiter(rate)}
+	hc.Transport = &sharedTransport{next: rt, limiter: backoff.NewLimiter(rate)}
+	return hc
+}
+
+// copyOrDefault returns a copy of base, or a keep-alive client with a
+// timeout per attempt when base is nil.
+func copyOrDefault(base *http.Client) *http.Client {
+	if base != nil {
+		hc := *base
+		return &hc
 	}
-	hc.Transport = rt
-	return &hc
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: t, Timeout: defaultAttemptTimeout}
 }
 
 // sharedTransport is the transport every deposit of a client shares. It

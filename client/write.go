@@ -44,7 +44,6 @@ func (c *Client) write(ctx context.Context, res Result, body []byte, dir string,
 	defer func() { out.Requests, out.Retries = files.Requests+x.requests, files.Retries+x.retries }()
 	for {
 		resp, cls, err := x.do(ctx, method, url, header, body)
-		res.Requests, res.Retries = files.Requests+x.requests, files.Retries+x.retries
 		if err != nil {
 			return res, err
 		}
