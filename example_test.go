@@ -37,10 +37,10 @@ func Example() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Endpoint: srv.URL,
-		Store:    store,
-		Ignore:   []string{"/submitted"}, // volatile: not part of the key
-		Retry:    backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 10},
+		Target: client.Put{Endpoint: srv.URL},
+		Store:  store,
+		Ignore: []string{"/submitted"}, // volatile: not part of the key
+		Retry:  backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 10},
 	})
 	if err != nil {
 		panic(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -16,15 +15,6 @@ import (
 // maxAnswerBytes bounds how much of a response body is read: enough for an
 // identifier or a problem detail, never a whole record.
 const maxAnswerBytes = 64 << 10
-
-// readAnswer reads at most maxAnswerBytes of a response body and closes it.
-func readAnswer(resp *http.Response) []byte {
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	// Drain a little more so the connection can be reused.
-	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-	return b
-}
 
 // identifierFrom applies the design's identifier rule to an answer: the first
 // pointer that names a string in a JSON body, else Location resolved against

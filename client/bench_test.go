@@ -48,7 +48,7 @@ func benchClient(b *testing.B, conc int, latency time.Duration) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	c, err := New(Config{Endpoint: srv.URL, Store: store})
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	c, err := New(Config{Endpoint: srv.URL, Store: store})
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		batch[k.Key] = dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: fmt.Sprintf("10.5072/r%d", i), Status: 201}
 		if len(batch) == 5000 || i == n-1 {
-			if _, err := store.CompleteMany(context.Background(), c.Target(), batch); err != nil {
+			if _, err := store.CompleteMany(context.Background(), c.StoreTarget(), batch); err != nil {
 				b.Fatal(err)
 			}
 			batch = map[string]dedup.Confirmation{}

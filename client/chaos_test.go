@@ -12,6 +12,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
 )
 
@@ -51,8 +52,8 @@ func items(lines [][]byte) iter.Seq[Item] {
 // exactly one record per distinct payload and every identifier must be the
 // server's.
 func TestChaos(t *testing.T) {
-	for _, proto := range []Protocol{ProtocolPut, ProtocolIdempotencyKey} {
-		t.Run(string(proto), func(t *testing.T) {
+	for _, proto := range []string{protocol.Put, protocol.IdempotencyKey} {
+		t.Run(proto, func(t *testing.T) {
 			lines, distinct := chaosLines(3000)
 			srv, err := repotest.NewServer(repotest.Config{
 				Protocol:        repotest.Protocol(proto),
@@ -65,7 +66,7 @@ func TestChaos(t *testing.T) {
 			store := openStore(t)
 			newClient := func() *Client {
 				c, err := New(Config{
-					Endpoint: srv.URL, Protocol: proto, Store: store, Ignore: []string{"/created"},
+					Target: targetFor(proto, srv.URL), Store: store, Ignore: []string{"/created"},
 					Retry:      backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 4},
 					HTTPClient: srv.Client(),
 				})
@@ -106,8 +107,8 @@ func TestChaos(t *testing.T) {
 			for line, r := range final {
 				require.NoError(t, r.Err, "line %d", line)
 				serverKey := r.Key
-				if proto == ProtocolIdempotencyKey {
-					serverKey = strings.Trim(idempotencyKey(c.endpoint, r.Key, nil), `"`)
+				if proto == protocol.IdempotencyKey {
+					serverKey = strings.Trim(idempotencyKey(c.target.(idempotencyKeyDriver).endpoint, r.Key, nil), `"`)
 				}
 				require.Equal(t, byKey[serverKey], r.Identifier, "line %d", line)
 				require.True(t, strings.HasPrefix(r.Identifier, "10.5072/"), r.Identifier)

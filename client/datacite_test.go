@@ -17,6 +17,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
 )
 
@@ -24,10 +25,10 @@ const testPrefix = "10.5072"
 
 // newDataCiteClient is a client of the stub with quick retries and no rate
 // limit.
-func newDataCiteClient(t *testing.T, srv *repotest.DataCiteServer, store dedup.Store, mod func(*Config)) *Client {
+func newDataCiteClient(t *testing.T, srv *repotest.DataCiteServer, store Store, mod func(*Config)) *Client {
 	t.Helper()
 	cfg := Config{
-		Endpoint: srv.URL, Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store,
+		Target: DataCite{Endpoint: srv.URL, Prefix: testPrefix}, Store: store,
 		Retry: fastRetry, Rate: -1, HTTPClient: srv.Client(),
 	}
 	if mod != nil {
@@ -36,6 +37,23 @@ func newDataCiteClient(t *testing.T, srv *repotest.DataCiteServer, store dedup.S
 	c, err := New(cfg)
 	require.NoError(t, err)
 	return c
+}
+
+// setEvent sets the DataCite event of cfg's target.
+func setEvent(cfg *Config, event string) {
+	dc := cfg.Target.(DataCite)
+	dc.Event = event
+	cfg.Target = dc
+}
+
+// dataciteCreate is the create request of a deposit of key with body, as
+// c's DataCite target builds it.
+func dataciteCreate(c *Client, key string, body []byte) (request, error) {
+	steps, err := c.target.steps(canonical.Keyed{Key: key, Body: body}, "")
+	if err != nil {
+		return request{}, err
+	}
+	return steps[0].build(nil)
 }
 
 func newStub(t *testing.T, cfg repotest.DataCiteConfig) *repotest.DataCiteServer {
@@ -113,33 +131,35 @@ for k in sys.stdin.read().split():
 func TestDataCiteConfig(t *testing.T) {
 	store := openStore(t)
 	t.Run("the test system and DataCite's rate are the defaults", func(t *testing.T) {
-		c, err := New(Config{Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store})
+		c, err := New(Config{Target: DataCite{Prefix: testPrefix}, Store: store})
 		require.NoError(t, err)
-		require.Equal(t, "datacite "+DataCiteTestEndpoint+" "+testPrefix, c.Target())
+		require.Equal(t, "datacite "+DataCiteTestEndpoint+" "+testPrefix, c.StoreTarget())
 		require.NotNil(t, c.http.Transport.(*sharedTransport).limiter, "rate limited by default")
 	})
 	t.Run("a negative rate is unlimited", func(t *testing.T) {
-		c, err := New(Config{Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store, Rate: -1})
+		c, err := New(Config{Target: DataCite{Prefix: testPrefix}, Store: store, Rate: -1})
 		require.NoError(t, err)
 		require.Nil(t, c.http.Transport.(*sharedTransport).limiter)
 	})
 	t.Run("production only when named", func(t *testing.T) {
-		c, err := New(Config{Protocol: ProtocolDataCite, Endpoint: DataCiteEndpoint, DOIPrefix: "10.1234", Store: store})
+		c, err := New(Config{Target: DataCite{Endpoint: DataCiteEndpoint, Prefix: "10.1234"}, Store: store})
 		require.NoError(t, err)
-		require.Equal(t, "datacite "+DataCiteEndpoint+" 10.1234", c.Target())
+		require.Equal(t, "datacite "+DataCiteEndpoint+" 10.1234", c.StoreTarget())
 	})
 	t.Run("a missing prefix is refused", func(t *testing.T) {
-		_, err := New(Config{Protocol: ProtocolDataCite, Store: store})
-		require.ErrorContains(t, err, "DOIPrefix")
+		_, err := New(Config{Target: DataCite{}, Store: store})
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, "DataCite.Prefix")
 	})
 	t.Run("an unknown event is refused", func(t *testing.T) {
-		_, err := New(Config{Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store, DataCiteEvent: "hide"})
-		require.ErrorContains(t, err, "DataCiteEvent")
+		_, err := New(Config{Target: DataCite{Prefix: testPrefix, Event: "hide"}, Store: store})
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, "DataCite.Event")
 	})
 	t.Run("datacite is a protocol name", func(t *testing.T) {
-		p, err := ParseProtocol("datacite")
+		p, err := protocol.Parse("datacite")
 		require.NoError(t, err)
-		require.Equal(t, ProtocolDataCite, p)
+		require.Equal(t, protocol.DataCite, p)
 	})
 }
 
@@ -153,11 +173,12 @@ func TestDataCiteRequestBody(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("the payload's attributes with the DOI and the key added", func(t *testing.T) {
-		method, url, h, body, err := c.profile.request(c, k.Key, k.Body)
+		req, err := dataciteCreate(c, k.Key, k.Body)
 		require.NoError(t, err)
-		require.Equal(t, http.MethodPost, method)
-		require.Equal(t, srv.URL+"/dois", url)
-		require.Equal(t, "application/vnd.api+json", h.Get("Content-Type"))
+		require.Equal(t, http.MethodPost, req.method)
+		require.Equal(t, srv.URL+"/dois", req.url)
+		require.Equal(t, "application/vnd.api+json", req.header.Get("Content-Type"))
+		body := req.body
 		var doc struct {
 			Data struct {
 				Type       string         `json:"type"`
@@ -178,9 +199,9 @@ func TestDataCiteRequestBody(t *testing.T) {
 		k2, err := c.Key([]byte(`{"data":{"type":"dois","attributes":` + string(line) + `}}`))
 		require.NoError(t, err)
 		require.NotEqual(t, k.Key, k2.Key, "the key is over the line as given")
-		_, _, _, body, err := c.profile.request(c, k2.Key, k2.Body)
+		req, err := dataciteCreate(c, k2.Key, k2.Body)
 		require.NoError(t, err)
-		require.Contains(t, string(body), `"x-1"`)
+		require.Contains(t, string(req.body), `"x-1"`)
 	})
 	for name, bad := range map[string]string{
 		"another doi is refused":                     `{"doi":"10.5072/other"}`,
@@ -193,14 +214,14 @@ func TestDataCiteRequestBody(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			kb, err := c.Key([]byte(bad))
 			require.NoError(t, err)
-			_, _, _, _, err = c.profile.request(c, kb.Key, kb.Body)
+			_, err = dataciteCreate(c, kb.Key, kb.Body)
 			require.Error(t, err)
 		})
 	}
 	t.Run("a doi equal to the derived one in another case is accepted", func(t *testing.T) {
 		// A body naming the DOI the client sends for this key (checked
 		// case-insensitively) is not a conflict.
-		_, _, _, _, err := c.profile.request(c, k.Key, []byte(`{"doi":"`+strings.ToUpper(doi)+`"}`))
+		_, err := dataciteCreate(c, k.Key, []byte(`{"doi":"`+strings.ToUpper(doi)+`"}`))
 		require.NoError(t, err)
 	})
 }
@@ -234,7 +255,7 @@ func TestDataCiteChaos(t *testing.T) {
 	auth.Set("Authorization", req.Header.Get("Authorization"))
 	newClient := func() *Client {
 		return newDataCiteClient(t, srv, store, func(cfg *Config) {
-			cfg.DataCiteEvent = "publish"
+			setEvent(cfg, "publish")
 			cfg.Header = auth
 			cfg.Retry = backoff.Policy{Base: time.Millisecond, Cap: 5 * time.Millisecond, MaxAttempts: 4}
 		})
@@ -323,7 +344,7 @@ func TestDataCiteForeignDOIIsReportedNotClaimed(t *testing.T) {
 			require.ErrorContains(t, err, doi)
 			require.Empty(t, res.Identifier, "not claimed")
 			require.Equal(t, int64(1), srv.Stats().Minted)
-			rec, err := store.Lookup(context.Background(), c.Target(), k.Key)
+			rec, err := store.Lookup(context.Background(), c.StoreTarget(), k.Key)
 			require.NoError(t, err)
 			require.Equal(t, dedup.StateFailed, rec.State)
 
@@ -340,16 +361,16 @@ func TestDataCiteForeignDOIIsReportedNotClaimed(t *testing.T) {
 // is never claimed: the item stays unresolved.
 func TestDataCiteTakenButUnreadableStaysUnresolved(t *testing.T) {
 	s := newScripted(t,
-		answer{status: http.StatusNotFound, body: `{"errors":[{"status":"404","title":"The resource you are looking for doesn't exist."}]}`},
-		answer{status: http.StatusUnprocessableEntity, body: `{"errors":[{"source":"doi","title":"This DOI has already been taken","uid":"10.5072/x"}]}`},
+		reply{status: http.StatusNotFound, body: `{"errors":[{"status":"404","title":"The resource you are looking for doesn't exist."}]}`},
+		reply{status: http.StatusUnprocessableEntity, body: `{"errors":[{"source":"doi","title":"This DOI has already been taken","uid":"10.5072/x"}]}`},
 	)
 	store := openStore(t)
-	c, err := New(Config{Endpoint: s.URL, Protocol: ProtocolDataCite, DOIPrefix: testPrefix, Store: store, Retry: fastRetry, Rate: -1})
+	c, err := New(Config{Target: DataCite{Endpoint: s.URL, Prefix: testPrefix}, Store: store, Retry: fastRetry, Rate: -1})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), dcPayload(1))
 	require.ErrorIs(t, err, ErrUnresolved)
 	require.Empty(t, res.Identifier)
-	rec, err := store.Lookup(context.Background(), c.Target(), res.Key)
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatePending, rec.State)
 	require.Equal(t, fastRetry.MaxAttempts/2, s.writeCount(), "the attempts are shared by writes and read-backs")
@@ -457,7 +478,7 @@ func TestDataCitePublishRunsOnceAcrossRuns(t *testing.T) {
 	for i := range 5 {
 		lines = append(lines, dcPayload(i))
 	}
-	publishing := func(cfg *Config) { cfg.DataCiteEvent = "publish" }
+	publishing := func(cfg *Config) { setEvent(cfg, "publish") }
 
 	// Run 1: every DOI is created, no publish gets through.
 	c1 := newDataCiteClient(t, srv, store, func(cfg *Config) {
@@ -505,7 +526,7 @@ func TestDataCitePublishRunsOnceAcrossRuns(t *testing.T) {
 func TestDataCitePublishRefusedIsRecordedFailed(t *testing.T) {
 	srv := newStub(t, repotest.DataCiteConfig{})
 	store := openStore(t)
-	c := newDataCiteClient(t, srv, store, func(cfg *Config) { cfg.DataCiteEvent = "register" })
+	c := newDataCiteClient(t, srv, store, func(cfg *Config) { setEvent(cfg, "register") })
 	res, err := c.Deposit(context.Background(), []byte(`{"titles":[{"title":"Draft only"}]}`))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.ErrorContains(t, err, "register step")
@@ -533,13 +554,19 @@ func BenchmarkDOI(b *testing.B) {
 // BenchmarkDataCiteRequest builds the create body for a payload: attributes
 // parsed, DOI and key added, JSON:API document encoded.
 func BenchmarkDataCiteRequest(b *testing.B) {
-	c := &Client{endpoint: "http://127.0.0.1:1"}
-	p := dataciteProfile{prefix: testPrefix}
+	d, err := DataCite{Endpoint: "http://127.0.0.1:1", Prefix: testPrefix}.driver()
+	if err != nil {
+		b.Fatal(err)
+	}
 	body := dcPayload(1)
 	key := strings.Repeat("e3", 32)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, _, _, _, err := p.request(c, key, body); err != nil {
+		steps, err := d.steps(canonical.Keyed{Key: key, Body: body}, "")
+		if err == nil {
+			_, err = steps[0].build(nil)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -558,7 +585,7 @@ func BenchmarkDataCiteDeposit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	c, err := New(Config{Endpoint: srv.URL, Protocol: ProtocolDataCite, DOIPrefix: testPrefix, DataCiteEvent: "publish",
+	c, err := New(Config{Target: DataCite{Endpoint: srv.URL, Prefix: testPrefix, Event: "publish"},
 		Store: store, Rate: -1, HTTPClient: srv.Client()})
 	if err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/internal/peertest"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 // datasetDir writes files (path -> content) under a new directory.
@@ -39,17 +40,16 @@ func TestS3DatasetOnVersity(t *testing.T) {
 	dir, names := datasetDir(t, files)
 	ctx := context.Background()
 
-	c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+	c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
 	res, err := c.DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
 	require.Equal(t, bucket+"/"+res.Key+".json", res.Identifier)
 	require.Equal(t, len(files)+1, res.Requests)
 
-	signed, err := signingHTTPClient(nil, versityAWS(s))
-	require.NoError(t, err)
+	signed := signedClient(versityAWS(s))
 	for name, content := range files {
-		status, body := get(t, signed, s3ObjectURL(c, res.Key+"/"+name))
+		status, body := get(t, signed, c.target.(s3Driver).objectURL(res.Key+"/"+name))
 		require.Equal(t, http.StatusOK, status, name)
 		require.Equal(t, content[:min(len(content), maxAnswerBytes)], body, name)
 	}
@@ -62,7 +62,7 @@ func TestS3DatasetOnVersity(t *testing.T) {
 	require.Equal(t, OutcomeReplayed, again.Outcome)
 	require.Equal(t, 0, again.Requests)
 
-	fresh, err := peerClient(t, bucket, ProtocolS3, versityAWS(s)).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+	fresh, err := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)}).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, fresh.Outcome)
 	require.Equal(t, res.Identifier, fresh.Identifier)
@@ -72,7 +72,7 @@ func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
 	dir, names := datasetDir(t, map[string]string{"a.txt": "a", "b/c.txt": "c"})
 	t.Run("files first, then the document", func(t *testing.T) {
 		srv := newStorageServer(t, storageAnswer{status: 200})
-		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		c := storageClient(t, srv.URL+"/bucket", protocol.S3)
 		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
 		require.NoError(t, err)
 		var paths []string
@@ -86,7 +86,7 @@ func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
 	})
 	t.Run("a refused file fails the dataset and writes no document", func(t *testing.T) {
 		srv := newStorageServer(t, storageAnswer{status: 200}, s3Err(400, "XAmzContentSHA256Mismatch", "The provided x-amz-content-sha256 header does not match what was computed."))
-		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		c := storageClient(t, srv.URL+"/bucket", protocol.S3)
 		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
 		require.ErrorIs(t, err, ErrTerminal)
 		require.ErrorContains(t, err, "XAmzContentSHA256Mismatch")
@@ -98,7 +98,7 @@ func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
 	})
 	t.Run("a file retried after 503 is sent whole again", func(t *testing.T) {
 		srv := newStorageServer(t, s3Err(503, "SlowDown", "slow down"), storageAnswer{status: 200})
-		c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+		c := storageClient(t, srv.URL+"/bucket", protocol.S3)
 		res, err := c.DepositDataset(context.Background(), dir, []byte(`{}`), names)
 		require.NoError(t, err)
 		require.Equal(t, 4, res.Requests)

@@ -13,17 +13,29 @@
 // second record, because the server arbitrates (If-None-Match: * or an
 // Idempotency-Key) and "already exists" is a success.
 //
-// [New] builds a [Client] from a [Config]; [Client.Deposit] deposits one
-// payload and [Client.Run] a stream of them with bounded concurrency, which
-// is what batch programs embed. Errors say what to do with an item:
-// [ErrInvalid] (fix the input), [ErrTerminal] (the server refused it; see
+// [New] builds a [Client] from a [Config] whose Target says where deposits
+// go: a [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB] or [DataCite]
+// value with its own options. [Client.Deposit] deposits one payload and
+// [Client.Run] a stream of them with bounded concurrency, which is what
+// batch programs embed.
+//
+// A deposit may be several steps (create, upload each file, publish, send
+// an event). A target only builds each step's request and judges its
+// answers; the client guards every step the same way: intent recorded before
+// the step's first request, done only on the server's confirmation, a check
+// (a read-back, a search) before an uncertain step of a server that
+// arbitrates nothing is ever sent again, and a re-run that resumes at the
+// first unfinished step.
+//
+// Errors say what to do with an item: [ErrInvalid] (fix the input), [ErrTerminal] (the server refused it; see
 // the [HTTPError]), [ErrStopRun] (stop everything: credentials, endpoint),
 // [ErrUnresolved] (run again; nothing can be created twice).
 //
-// Retries go through github.com/hashicorp/go-retryablehttp, with its
-// CheckRetry and Backoff hooks driven by package backoff: capped, jittered
-// waits that honour Retry-After, an attempt limit and an elapsed limit per
-// deposit, and a retry budget shared by every deposit of the client. The
+// Requests go through github.com/hashicorp/go-retryablehttp, but every wait
+// is the client's own, decided by package backoff: capped, jittered waits
+// that honour Retry-After, an attempt limit and an elapsed limit per step,
+// and a retry budget shared by every deposit of the client. A wait ends at
+// once when the context ends or the batch stops. The
 // last answer is never lost, and nothing is logged unless a Logger is given.
 //
 // Under the idempotency-key protocol, correctness rests on the server's own

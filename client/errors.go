@@ -21,12 +21,15 @@ import (
 //     out, or the run was interrupted); the intent stays recorded as pending
 //     and a later run settles it safely.
 //   - ErrSettingsMismatch: the store holds keys made with other settings.
+//
+// ErrConfig, from New only, says the Config cannot be used.
 var (
 	ErrInvalid          = errors.New("invalid payload")
 	ErrTerminal         = errors.New("refused by the server")
 	ErrStopRun          = errors.New("run stopped")
 	ErrUnresolved       = errors.New("outcome unresolved")
 	ErrSettingsMismatch = errors.New("key settings differ from those recorded for this target")
+	ErrConfig           = errors.New("client: invalid configuration")
 
 	// ErrUnreachable wraps ErrStopRun: the endpoint gave no answer at all
 	// before the first item ran out of retries.

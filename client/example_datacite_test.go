@@ -36,14 +36,15 @@ func Example_dataCite() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Protocol:      client.ProtocolDataCite,
-		Endpoint:      stub.URL, // default: the DataCite test system
-		DOIPrefix:     "10.5072",
-		DataCiteEvent: "publish",
-		Store:         store,
-		HTTPClient:    stub.Client(),
-		Rate:          -1, // default: DataCite's 2.5 requests per second
-		Retry:         backoff.Policy{Base: time.Millisecond, Cap: 5 * time.Millisecond},
+		Target: client.DataCite{
+			Endpoint: stub.URL, // default: the DataCite test system
+			Prefix:   "10.5072",
+			Event:    "publish",
+		},
+		Store:      store,
+		HTTPClient: stub.Client(),
+		Rate:       -1, // default: DataCite's 2.5 requests per second
+		Retry:      backoff.Policy{Base: time.Millisecond, Cap: 5 * time.Millisecond},
 	})
 	if err != nil {
 		panic(err)

@@ -47,7 +47,7 @@ func ExampleNewProbe() {
 	srv := storage(false)
 	defer srv.Close()
 
-	p, err := client.NewProbe(client.Config{Endpoint: srv.URL + "/records", Protocol: client.ProtocolWebDAV})
+	p, err := client.NewProbe(client.Config{Target: client.WebDAV{Endpoint: srv.URL + "/records"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func ExampleNewProbe() {
 }
 
 // Deposit into an S3 bucket: the endpoint is the bucket URL, requests are
-// signed with the credentials in Config.AWS (the command line reads them
+// signed with the credentials in S3.AWS (the command line reads them
 // from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and
 // AWS_REGION). The identifier is the object's URL.
 func Example_s3() {
@@ -81,10 +81,11 @@ func Example_s3() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Endpoint: srv.URL + "/bucket",
-		Protocol: client.ProtocolS3,
-		Store:    store,
-		AWS:      &client.AWSCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", Region: "us-east-1"},
+		Target: client.S3{
+			Endpoint: srv.URL + "/bucket",
+			AWS:      client.AWSCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", Region: "us-east-1"},
+		},
+		Store: store,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -31,7 +31,7 @@ func ExampleClient_Deposit() {
 	}
 	defer store.Close()
 
-	c, err := client.New(client.Config{Endpoint: srv.URL, Store: store})
+	c, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		panic(err)
 	}
@@ -72,7 +72,7 @@ func ExampleHTTPError() {
 
 	// An ignored field makes the key differ from sha256(body), which this
 	// server refuses with 422.
-	c, err := client.New(client.Config{Endpoint: srv.URL, Store: store, Ignore: []string{"/note"}})
+	c, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/note"}})
 	if err != nil {
 		panic(err)
 	}

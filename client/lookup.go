@@ -8,17 +8,22 @@ import (
 	"github.com/depositkit/deposit/dedup"
 )
 
-// lookups coalesces concurrent store look-ups into one LookupMany query: the
-// first caller to arrive while no query runs becomes the leader and queries
-// for everyone queued, again and again until the queue is empty. A batch of
+// lookups coalesces concurrent store look-ups of one target into one
+// LookupMany query: the first caller to arrive while no query of its target
+// runs becomes the leader and queries for everyone queued, again and again
+// until the queue is empty. A batch of
 // eight keys costs little more than one key, so replaying a finished batch
 // at concurrency 8 is bound by the store's per-row work, not its per-query
 // overhead. A lone caller pays one extra mutex round, nothing more.
 type lookups struct {
-	store  dedup.Store
-	target string
+	store Store
 
 	mu      sync.Mutex
+	targets map[string]*lookupQueue
+}
+
+// lookupQueue is the callers waiting for one target's query.
+type lookupQueue struct {
 	queue   []*lookupCall
 	running bool
 }
@@ -31,11 +36,19 @@ type lookupCall struct {
 }
 
 // lookup returns the record of key, or an error wrapping dedup.ErrNotFound.
-func (l *lookups) lookup(ctx context.Context, key string) (dedup.Record, error) {
+func (l *lookups) lookup(ctx context.Context, target, key string) (dedup.Record, error) {
 	call := &lookupCall{key: key, done: make(chan struct{})}
 	l.mu.Lock()
-	l.queue = append(l.queue, call)
-	if l.running {
+	q := l.targets[target]
+	if q == nil {
+		if l.targets == nil {
+			l.targets = make(map[string]*lookupQueue)
+		}
+		q = &lookupQueue{}
+		l.targets[target] = q
+	}
+	q.queue = append(q.queue, call)
+	if q.running {
 		l.mu.Unlock()
 		select {
 		case <-call.done:
@@ -44,22 +57,22 @@ func (l *lookups) lookup(ctx context.Context, key string) (dedup.Record, error) 
 			return dedup.Record{}, ctx.Err()
 		}
 	}
-	l.running = true
-	for len(l.queue) > 0 {
-		batch := l.queue
-		l.queue = nil
+	q.running = true
+	for len(q.queue) > 0 {
+		batch := q.queue
+		q.queue = nil
 		l.mu.Unlock()
-		l.run(batch)
+		l.run(target, batch)
 		l.mu.Lock()
 	}
-	l.running = false
+	q.running = false
 	l.mu.Unlock()
 	return call.rec, call.err
 }
 
 // run answers one batch. The query runs on a context of its own: it answers
 // other callers too, and a read is bounded by the store's busy timeout.
-func (l *lookups) run(batch []*lookupCall) {
+func (l *lookups) run(target string, batch []*lookupCall) {
 	keys := make([]string, len(batch))
 	for i, c := range batch {
 		keys[i] = c.key
@@ -70,12 +83,12 @@ func (l *lookups) run(batch []*lookupCall) {
 	)
 	if len(keys) == 1 {
 		var rec dedup.Record
-		rec, err = l.store.Lookup(context.Background(), l.target, keys[0])
+		rec, err = l.store.Lookup(context.Background(), target, keys[0])
 		if err == nil {
 			recs = map[string]dedup.Record{keys[0]: rec}
 		}
 	} else {
-		recs, err = l.store.LookupMany(context.Background(), l.target, keys)
+		recs, err = l.store.LookupMany(context.Background(), target, keys)
 	}
 	for _, c := range batch {
 		switch rec, ok := recs[c.key]; {

@@ -20,16 +20,24 @@ import (
 // sets DEPOSIT_REQUIRE_PEERS=1, which makes a skip a failure.
 
 // versityAWS is the signing configuration of a versitygw server.
-func versityAWS(s peertest.S3) *AWSCredentials {
-	return &AWSCredentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey, Region: s.Region}
+func versityAWS(s peertest.S3) AWSCredentials {
+	return AWSCredentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey, Region: s.Region}
 }
 
-// peerClient is a client with its own fresh store.
-func peerClient(t testing.TB, endpoint string, proto Protocol, aws *AWSCredentials) *Client {
+// peerClient is a client of target with its own fresh store.
+func peerClient(t testing.TB, target Target) *Client {
 	t.Helper()
-	c, err := New(Config{Endpoint: endpoint, Protocol: proto, Store: storageStore(t), Retry: quickRetry, AWS: aws})
+	c, err := New(Config{Target: target, Store: storageStore(t), Retry: quickRetry})
 	require.NoError(t, err)
 	return c
+}
+
+// signedClient is a plain keep-alive HTTP client whose requests are signed
+// with creds, for reading S3 objects back.
+func signedClient(creds AWSCredentials) *http.Client {
+	hc := copyOrDefault(nil)
+	hc.Transport = newSigningTransport(hc.Transport, creds)
+	return hc
 }
 
 // get fetches url with hc and returns the status and body.
@@ -53,13 +61,13 @@ func TestWebDAVOnApache(t *testing.T) {
 
 	t.Run("the first deposit creates, a second with a fresh store finds it existing", func(t *testing.T) {
 		ctx := context.Background()
-		first, err := peerClient(t, base+"/records", ProtocolWebDAV, nil).Deposit(ctx, []byte(storagePayload))
+		first, err := peerClient(t, WebDAV{Endpoint: base + "/records"}).Deposit(ctx, []byte(storagePayload))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeCreated, first.Outcome)
 		require.Equal(t, http.StatusCreated, first.Status)
 		require.Equal(t, base+"/records/"+first.Key, first.Identifier)
 
-		second, err := peerClient(t, base+"/records", ProtocolWebDAV, nil).Deposit(ctx, []byte(`{"year":2024, "title":"Kelp Canopy Survey"}`))
+		second, err := peerClient(t, WebDAV{Endpoint: base + "/records"}).Deposit(ctx, []byte(`{"year":2024, "title":"Kelp Canopy Survey"}`))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeExisting, second.Outcome)
 		require.Equal(t, http.StatusPreconditionFailed, second.Status)
@@ -72,10 +80,10 @@ func TestWebDAVOnApache(t *testing.T) {
 	})
 
 	t.Run("a missing collection stops the run and says so", func(t *testing.T) {
-		c := peerClient(t, base+"/missing", ProtocolWebDAV, nil)
+		c := peerClient(t, WebDAV{Endpoint: base + "/missing"})
 		sum, err := c.Run(context.Background(), payloadItems(3, "missing"), BatchOptions{Concurrency: 1})
 		require.ErrorIs(t, err, ErrStopRun)
-		require.ErrorContains(t, err, "409 Conflict: the collection "+base+"/missing/ does not exist: create it or fix --endpoint")
+		require.ErrorContains(t, err, "409 Conflict: the collection "+base+"/missing/ does not exist")
 		require.Equal(t, 0, sum.Created+sum.Failed, "nothing created, nothing recorded as failed")
 	})
 }
@@ -101,7 +109,7 @@ func TestS3OnVersity(t *testing.T) {
 		const writers = 16
 		clients := make([]*Client, writers)
 		for i := range clients {
-			clients[i] = peerClient(t, bucket, ProtocolS3, versityAWS(s))
+			clients[i] = peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
 		}
 		results := make([]Result, writers)
 		errs := make([]error, writers)
@@ -125,7 +133,7 @@ func TestS3OnVersity(t *testing.T) {
 	})
 
 	t.Run("a batch of 1000 objects, then its replay with zero requests", func(t *testing.T) {
-		c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+		c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
 		const n = 1000
 		sum, err := c.Run(context.Background(), payloadItems(n, "batch"), BatchOptions{Concurrency: 16})
 		require.NoError(t, err)
@@ -139,18 +147,16 @@ func TestS3OnVersity(t *testing.T) {
 
 		// A fresh store finds every object existing: the server itself
 		// refused the second create.
-		again, err := peerClient(t, bucket, ProtocolS3, versityAWS(s)).Run(context.Background(), payloadItems(20, "batch"), BatchOptions{Concurrency: 4})
+		again, err := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)}).Run(context.Background(), payloadItems(20, "batch"), BatchOptions{Concurrency: 4})
 		require.NoError(t, err)
 		require.Equal(t, 20, again.Existing)
 	})
 
 	t.Run("the object holds the canonical bytes", func(t *testing.T) {
-		c := peerClient(t, bucket, ProtocolS3, versityAWS(s))
+		c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
 		res, err := c.Deposit(context.Background(), []byte(`{ "b": 2, "a": 1 }`))
 		require.NoError(t, err)
-		signed, err := signingHTTPClient(nil, versityAWS(s))
-		require.NoError(t, err)
-		status, body := get(t, signed, res.Identifier)
+		status, body := get(t, signedClient(versityAWS(s)), res.Identifier)
 		require.Equal(t, http.StatusOK, status)
 		require.Equal(t, `{"a":1,"b":2}`, body)
 	})
@@ -158,13 +164,13 @@ func TestS3OnVersity(t *testing.T) {
 	t.Run("a wrong secret stops the run with the server's reason", func(t *testing.T) {
 		aws := versityAWS(s)
 		aws.SecretAccessKey += "x"
-		_, err := peerClient(t, bucket, ProtocolS3, aws).Deposit(context.Background(), []byte(storagePayload))
+		_, err := peerClient(t, S3{Endpoint: bucket, AWS: aws}).Deposit(context.Background(), []byte(storagePayload))
 		require.ErrorIs(t, err, ErrStopRun)
 		require.ErrorContains(t, err, "403 Forbidden: SignatureDoesNotMatch")
 	})
 
 	t.Run("a missing bucket stops the run", func(t *testing.T) {
-		_, err := peerClient(t, s.Endpoint+"/no-such-bucket", ProtocolS3, versityAWS(s)).Deposit(context.Background(), []byte(storagePayload))
+		_, err := peerClient(t, S3{Endpoint: s.Endpoint + "/no-such-bucket", AWS: versityAWS(s)}).Deposit(context.Background(), []byte(storagePayload))
 		require.ErrorIs(t, err, ErrStopRun)
 		require.ErrorContains(t, err, "NoSuchBucket")
 	})
@@ -175,13 +181,13 @@ func TestCouchDBOnPouchDB(t *testing.T) {
 	db := peertest.PouchDB(t)
 	ctx := context.Background()
 
-	first, err := peerClient(t, db, ProtocolCouchDB, nil).Deposit(ctx, []byte(storagePayload))
+	first, err := peerClient(t, CouchDB{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, first.Outcome)
 	require.Equal(t, http.StatusCreated, first.Status)
 	require.Equal(t, db+"/"+first.Key, first.Identifier)
 
-	second, err := peerClient(t, db, ProtocolCouchDB, nil).Deposit(ctx, []byte(storagePayload))
+	second, err := peerClient(t, CouchDB{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, second.Outcome)
 	require.Equal(t, http.StatusConflict, second.Status)
@@ -197,8 +203,9 @@ func TestCouchDBOnPouchDB(t *testing.T) {
 func TestProbeOnRealServers(t *testing.T) {
 	t.Parallel()
 	type target struct {
-		cfg    Config
-		reader *http.Client // reads the probe URL after the probe; nil: plain
+		cfg      Config
+		endpoint string       // the endpoint the probe URL is under
+		reader   *http.Client // reads the probe URL after the probe; nil: plain
 	}
 	tests := []struct {
 		name    string
@@ -208,19 +215,21 @@ func TestProbeOnRealServers(t *testing.T) {
 		second  int
 	}{
 		{"apache mod_dav honours If-None-Match", func(t *testing.T) target {
-			return target{cfg: Config{Endpoint: peertest.Apache(t), Protocol: ProtocolWebDAV}}
+			ep := peertest.Apache(t)
+			return target{cfg: Config{Target: WebDAV{Endpoint: ep}}, endpoint: ep}
 		}, ProbeHonoured, 201, 412},
 		{"nginx dav ignores If-None-Match: created twice", func(t *testing.T) target {
-			return target{cfg: Config{Endpoint: peertest.Nginx(t), Protocol: ProtocolPut}}
+			ep := peertest.Nginx(t)
+			return target{cfg: Config{Target: Put{Endpoint: ep}}, endpoint: ep}
 		}, ProbeIgnored, 201, 204},
 		{"versitygw honours If-None-Match", func(t *testing.T) target {
 			s := peertest.Versity(t)
-			signed, err := signingHTTPClient(nil, versityAWS(s))
-			require.NoError(t, err)
-			return target{cfg: Config{Endpoint: s.Endpoint + "/" + s.Bucket, Protocol: ProtocolS3, AWS: versityAWS(s)}, reader: signed}
+			ep := s.Endpoint + "/" + s.Bucket
+			return target{cfg: Config{Target: S3{Endpoint: ep, AWS: versityAWS(s)}}, endpoint: ep, reader: signedClient(versityAWS(s))}
 		}, ProbeHonoured, 200, 412},
 		{"pouchdb-server refuses a second create with 409", func(t *testing.T) target {
-			return target{cfg: Config{Endpoint: peertest.PouchDB(t), Protocol: ProtocolCouchDB}}
+			ep := peertest.PouchDB(t)
+			return target{cfg: Config{Target: CouchDB{Endpoint: ep}}, endpoint: ep}
 		}, ProbeHonoured, 201, 409},
 	}
 	for _, tt := range tests {
@@ -229,7 +238,7 @@ func TestProbeOnRealServers(t *testing.T) {
 			tg := tt.start(t)
 			p, err := NewProbe(tg.cfg)
 			require.NoError(t, err)
-			require.True(t, strings.HasPrefix(p.URL, strings.TrimRight(tg.cfg.Endpoint, "/")+"/deposit-probe-"), p.URL)
+			require.True(t, strings.HasPrefix(p.URL, strings.TrimRight(tg.endpoint, "/")+"/deposit-probe-"), p.URL)
 			rep, err := p.Run(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, tt.verdict, rep.Verdict)
@@ -247,11 +256,12 @@ func TestProbeOnRealServers(t *testing.T) {
 
 	t.Run("a missing WebDAV collection is reported as such", func(t *testing.T) {
 		t.Parallel()
-		p, err := NewProbe(Config{Endpoint: peertest.Apache(t) + "/missing", Protocol: ProtocolWebDAV})
+		base := peertest.Apache(t)
+		p, err := NewProbe(Config{Target: WebDAV{Endpoint: base + "/missing"}})
 		require.NoError(t, err)
 		rep, err := p.Run(context.Background())
 		require.ErrorIs(t, err, ErrStopRun)
-		require.ErrorContains(t, err, "does not exist: create it or fix --endpoint")
+		require.ErrorContains(t, err, "the collection "+base+"/missing/ does not exist")
 		require.Equal(t, http.StatusConflict, rep.First)
 		require.Equal(t, 0, rep.Second)
 	})
@@ -263,7 +273,7 @@ func BenchmarkS3Deposit(b *testing.B) {
 	s := peertest.Versity(b)
 	for _, conc := range []int{1, 8} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			c := peerClient(b, s.Endpoint+"/"+s.Bucket, ProtocolS3, versityAWS(s))
+			c := peerClient(b, S3{Endpoint: s.Endpoint + "/" + s.Bucket, AWS: versityAWS(s)})
 			run := fmt.Sprintf("bench-%d-%d", conc, b.N)
 			b.ResetTimer()
 			sum, err := c.Run(context.Background(), payloadItems(b.N, run), BatchOptions{Concurrency: conc})
@@ -278,17 +288,16 @@ func BenchmarkS3Deposit(b *testing.B) {
 
 // BenchmarkSigV4 is the signing alone: what each S3 attempt adds.
 func BenchmarkSigV4(b *testing.B) {
-	hc, err := signingHTTPClient(&http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+	rt := newSigningTransport(roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
-	})}, testAWS)
-	require.NoError(b, err)
+	}), *testAWS)
 	req, err := http.NewRequest(http.MethodPut, "http://127.0.0.1:9000/bucket/0123456789abcdef", nil)
 	require.NoError(b, err)
 	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
 	req.Header.Set("If-None-Match", "*")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := hc.Transport.RoundTrip(req); err != nil {
+		if _, err := rt.RoundTrip(req); err != nil {
 			b.Fatal(err)
 		}
 	}

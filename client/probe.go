@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/depositkit/deposit/canonical"
 	"net/http"
 	"net/url"
 )
@@ -38,8 +39,10 @@ type Probe struct {
 	// Body is the JSON document written.
 	Body []byte
 
-	c    *Client
-	name string
+	step   step
+	couch  bool // CouchDB deletes by revision
+	http   *http.Client
+	header http.Header
 }
 
 // ProbeReport is the result of a completed probe.
@@ -57,53 +60,55 @@ type ProbeReport struct {
 	DeleteProblem string
 }
 
-// NewProbe prepares a probe of cfg's endpoint. It uses Endpoint, Protocol
-// (put, webdav, s3 or couchdb: the others have no conditional create to
-// probe), Header, HTTPClient and AWS; the other fields are ignored, and no
-// store is needed. Nothing is sent before Run.
+// NewProbe prepares a probe of cfg.Target, which must be Put, WebDAV, S3 or
+// CouchDB (the others have no conditional create to probe). It uses Target,
+// Header and HTTPClient; the other fields are ignored, and no store is
+// needed. Nothing is sent before Run.
 func NewProbe(cfg Config) (*Probe, error) {
-	proto, err := ParseProtocol(string(cfg.Protocol))
-	if err != nil {
-		return nil, err
-	}
-	switch proto {
-	case ProtocolPut, ProtocolWebDAV, ProtocolS3, ProtocolCouchDB:
+	switch cfg.Target.(type) {
+	case Put, *Put, WebDAV, *WebDAV, S3, *S3, CouchDB, *CouchDB:
+	case nil:
+		return nil, fmt.Errorf("%w: Config.Target is required", ErrConfig)
 	default:
-		return nil, fmt.Errorf("probe: protocol %s has no conditional create to probe: use put, webdav, s3 or couchdb", proto)
+		return nil, fmt.Errorf("%w: %T has no conditional create to probe: probe Put, WebDAV, S3 or CouchDB", ErrConfig, cfg.Target)
 	}
-	endpoint, err := normalizeEndpoint(cfg.Endpoint)
+	drv, err := cfg.Target.driver()
 	if err != nil {
 		return nil, err
 	}
-	base := cfg.HTTPClient
-	if proto == ProtocolS3 {
-		if base, err = signingHTTPClient(base, cfg.AWS); err != nil {
-			return nil, err
+	for name := range cfg.Header {
+		if drv.guards(name) {
+			return nil, errHeaderGuarded(name)
 		}
-	}
-	c := &Client{
-		endpoint: endpoint,
-		protocol: proto,
-		profile:  newProfile(proto),
-		header:   cfg.Header.Clone(),
-		http:     newHTTPClient(base, 0),
 	}
 	var random [8]byte
 	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
 	name := "deposit-probe-" + hex.EncodeToString(random[:])
 	body, _ := json.Marshal(map[string]string{
-		"deposit-probe": "written twice by `deposit probe` to check that this endpoint refuses a second conditional create; safe to delete",
+		"deposit-probe": "written twice by a deposit probe to check that this endpoint refuses a second conditional create; safe to delete",
 		"name":          name,
 	})
-	return &Probe{URL: redactURL(c.recordURL(name)), Body: body, c: c, name: name}, nil
+	steps, err := drv.steps(canonical.Keyed{Key: name, Body: body}, "")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	p := &Probe{Body: body, step: steps[len(steps)-1], header: cfg.Header.Clone()}
+	_, p.couch = drv.(couchdbDriver)
+	p.http = newHTTPClient(cfg.HTTPClient, drv, -1)
+	req, err := p.step.build(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	p.URL = redactURL(req.url)
+	return p, nil
 }
 
 // Run writes the probe record twice and deletes it. A nil error comes with
 // a verdict. Otherwise the probe could not tell: the error wraps ErrStopRun
 // (credentials, endpoint, a missing collection), ErrTerminal (the server
-// refused the record) or ErrUnresolved (no answer, a server error), carries
-// the *HTTPError when there was an answer, and says what the answer means.
-// The record is deleted whenever it may have been created.
+// refused the record) or ErrUnresolved (no answer, a server error), and
+// carries the *HTTPError when there was an answer. The record is deleted
+// whenever it may have been created.
 func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 	rep := ProbeReport{URL: p.URL}
 	first, err := p.write(ctx)
@@ -115,8 +120,8 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 		return rep, err
 	}
 	if first.class != classCreated {
-		return rep, p.explain(first, fmt.Errorf("%w: the first write of a new name was answered as if the record existed "+
-			"(%d): the server refuses every conditional create here, or this name was taken", ErrStopRun, first.status))
+		return rep, fmt.Errorf("%w: the first write of a new name was answered as if the record existed "+
+			"(%d): the server refuses every conditional create here, or this name was taken: %w", ErrStopRun, first.status, first.herr)
 	}
 	second, err := p.write(ctx)
 	rep.Second = second.status
@@ -137,12 +142,12 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 		case found:
 			rep.Verdict = ProbeHonoured
 		default:
-			err = p.explain(second, fmt.Errorf("%w: the second write was answered 409 Conflict but the record "+
-				"does not read back: deposit would retry such an item and leave it unresolved", ErrUnresolved))
+			err = fmt.Errorf("%w: the second write was answered 409 Conflict but the record "+
+				"does not read back: a deposit would retry such an item and leave it unresolved: %w", ErrUnresolved, second.herr)
 		}
 	default:
-		err = p.explain(second, fmt.Errorf("%w: the second write was answered %d: neither created nor exists",
-			ErrUnresolved, second.status))
+		err = fmt.Errorf("%w: the second write was answered %d: neither created nor exists: %w",
+			ErrUnresolved, second.status, second.herr)
 	}
 	p.remove(ctx, &rep, last)
 	return rep, err
@@ -156,109 +161,91 @@ type probeAnswer struct {
 	herr   *HTTPError
 }
 
-// write sends the probe record once, without retries, and classifies the
+// write sends the probe record once, without retries, and judges the
 // answer as a deposit would.
 func (p *Probe) write(ctx context.Context) (probeAnswer, error) {
-	method, u, header, body, err := p.c.profile.request(p.c, p.name, p.Body)
+	req, err := p.step.build(nil)
 	if err != nil {
 		return probeAnswer{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	for name, values := range p.c.header {
-		header[name] = values
-	}
-	resp, err := p.send(ctx, method, u, header, body)
-	cls := p.c.profile.classify(ctx, resp, err)
-	if err != nil {
-		if cls == classCanceled {
-			return probeAnswer{class: cls}, fmt.Errorf("%w: %w", ErrInterrupted, err)
+	a := p.send(ctx, req.method, req.url, req.header, req.body)
+	if a.err != nil {
+		if ctx.Err() != nil {
+			return probeAnswer{class: classCanceled}, fmt.Errorf("%w: %w", ErrInterrupted, scrub(a.err))
 		}
-		return probeAnswer{class: cls}, fmt.Errorf("%w: %s %s: %w: no answer from the endpoint: check the URL, "+
-			"the network and that the server is running", ErrUnresolved, method, p.URL, scrub(err))
+		return probeAnswer{class: classAmbiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.method, p.URL, scrub(a.err))
 	}
-	a := probeAnswer{status: resp.StatusCode, class: cls}
-	a.body = readAnswer(resp)
-	a.herr = p.c.httpError(method, u, resp, a.body)
-	switch cls {
+	v := p.step.judge(a)
+	pa := probeAnswer{status: a.status, class: v.class, body: a.body, herr: answerError(req.method, a, v.problem)}
+	switch v.class {
 	case classCreated, classExists, classConflict:
-		return a, nil
+		return pa, nil
 	case classStop:
-		return a, p.explain(a, fmt.Errorf("%w: %w", ErrStopRun, a.herr))
+		return pa, fmt.Errorf("%w: %w", ErrStopRun, pa.herr)
 	case classTerminal:
-		return a, p.explain(a, fmt.Errorf("%w: %w", ErrTerminal, a.herr))
+		return pa, fmt.Errorf("%w: %w", ErrTerminal, pa.herr)
 	default:
-		return a, p.explain(a, fmt.Errorf("%w: %w", ErrUnresolved, a.herr))
+		return pa, fmt.Errorf("%w: %w", ErrUnresolved, pa.herr)
 	}
 }
 
-// explain adds what an answer's status means for the user to err.
-func (p *Probe) explain(a probeAnswer, err error) error {
-	var meaning string
-	switch s := a.status; {
-	case s == http.StatusUnauthorized || s == http.StatusForbidden:
-		meaning = "the server refused the credentials: give them with --header 'Authorization: ...'"
-		if p.c.protocol == ProtocolS3 {
-			meaning = "the server refused the credentials or the signature: check AWS_ACCESS_KEY_ID, " +
-				"AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION"
-		}
-	case s == http.StatusNotFound:
-		meaning = "the endpoint does not exist: check --endpoint"
-		switch p.c.protocol {
-		case ProtocolS3:
-			meaning = "no such bucket: --endpoint must be the bucket URL, path style (https://host/bucket)"
-		case ProtocolCouchDB:
-			meaning = "no such database: --endpoint must be the database URL, and the database must exist"
-		}
-	case s == http.StatusMethodNotAllowed:
-		meaning = "the server does not accept PUT at this URL: it is not a writable collection"
-	case s == http.StatusNotImplemented:
-		meaning = "the server does not support this request"
-	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
-		meaning = "the server is busy or unavailable: try again later"
-	case s >= 500 && (p.c.protocol == ProtocolPut || p.c.protocol == ProtocolWebDAV):
-		meaning = "the server failed: check that the collection exists (nginx answers 500 for a " +
-			"missing directory), then try again and look at the server's logs"
-	case s >= 500:
-		meaning = "the server failed: try again later, and look at its logs"
-	case s >= 400 && a.class == classTerminal:
-		meaning = "the server refused the probe record itself"
-	}
-	if meaning == "" {
-		return err
-	}
-	return fmt.Errorf("%w (%s)", err, meaning)
-}
-
-// send sends one request without retries.
-func (p *Probe) send(ctx context.Context, method, u string, header http.Header, body []byte) (*http.Response, error) {
+// send sends one request without retries, the caller's headers added.
+func (p *Probe) send(ctx context.Context, method, u string, header http.Header, body []byte) answer {
+	a := answer{url: u}
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		a.err = err
+		return a
 	}
 	if body == nil {
 		req.Body, req.ContentLength = http.NoBody, 0
 	}
+	if header == nil {
+		header = http.Header{}
+	}
+	for name, values := range p.header {
+		if _, set := header[name]; !set {
+			header[name] = values
+		}
+	}
 	req.Header = header
-	return p.c.http.Do(req)
+	resp, err := p.http.Do(req)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	a.status, a.header, a.body = resp.StatusCode, resp.Header, readAnswer(resp)
+	return a
 }
 
-// readBack reports whether the probe record reads back.
+// readBack reports whether the probe record reads back, as the deposit's
+// check would find it.
 func (p *Probe) readBack(ctx context.Context) (bool, error) {
-	resp, err := p.send(ctx, http.MethodGet, p.c.recordURL(p.name), p.plainHeader(), nil)
-	if err != nil {
-		return false, fmt.Errorf("%w: read-back: %w", ErrUnresolved, scrub(err))
+	if p.step.check == nil {
+		return false, nil
 	}
-	readAnswer(resp)
-	return resp.StatusCode == http.StatusOK, nil
+	req, err := p.step.check.build(nil)
+	if err != nil {
+		return false, err
+	}
+	a := p.send(ctx, req.method, req.url, req.header, nil)
+	if a.err != nil {
+		return false, fmt.Errorf("%w: read-back: %w", ErrUnresolved, scrub(a.err))
+	}
+	return p.step.check.judge(a).kind == findingPresent, nil
 }
 
 // remove deletes the probe record where the server allows it. CouchDB needs
 // the revision, which the create answer carries.
 func (p *Probe) remove(ctx context.Context, rep *ProbeReport, created probeAnswer) {
-	u := p.c.recordURL(p.name)
-	if p.c.protocol == ProtocolS3 {
-		u = s3ObjectURL(p.c, p.name)
+	req, err := p.step.build(nil)
+	if err != nil {
+		rep.DeleteProblem = err.Error()
+		return
 	}
-	if p.c.protocol == ProtocolCouchDB {
+	u := req.url
+	h := http.Header{}
+	if p.couch {
 		var doc struct {
 			Rev string `json:"rev"`
 		}
@@ -268,25 +255,15 @@ func (p *Probe) remove(ctx context.Context, rep *ProbeReport, created probeAnswe
 		}
 		u += "?rev=" + url.QueryEscape(doc.Rev)
 	}
-	resp, err := p.send(context.WithoutCancel(ctx), http.MethodDelete, u, p.plainHeader(), nil)
-	if err != nil {
-		rep.DeleteProblem = scrub(err).Error()
+	a := p.send(context.WithoutCancel(ctx), http.MethodDelete, u, h, nil)
+	if a.err != nil {
+		rep.DeleteProblem = scrub(a.err).Error()
 		return
 	}
-	answer := readAnswer(resp)
-	rep.DeleteStatus = resp.StatusCode
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	rep.DeleteStatus = a.status
+	if a.status >= 200 && a.status < 300 {
 		rep.Deleted = true
 		return
 	}
-	rep.DeleteProblem = p.c.httpError(http.MethodDelete, u, resp, answer).Error()
-}
-
-// plainHeader is the user's headers, for the read-back and the removal.
-func (p *Probe) plainHeader() http.Header {
-	h := p.c.header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	return h
+	rep.DeleteProblem = answerError(http.MethodDelete, a, "").Error()
 }

@@ -8,55 +8,65 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 func TestProbeVerdicts(t *testing.T) {
 	tests := []struct {
 		name     string
-		proto    Protocol
+		proto    string
 		script   []storageAnswer // the answers in order: write, write, [read-back], delete
 		verdict  ProbeVerdict
 		sentinel error
-		meaning  string
+		meaning  string // "" when the sentinel and the status say it all
+		status   int    // the status of the *HTTPError the error carries
 		methods  string
 		deleted  bool
 	}{
-		{"201 then 412 is honoured", ProtocolPut, []storageAnswer{{status: 201}, {status: 412}, {status: 204}},
-			ProbeHonoured, nil, "", "PUT PUT DELETE", true},
-		{"201 then 204 is ignored", ProtocolPut, []storageAnswer{{status: 201}, {status: 204}, {status: 204}},
-			ProbeIgnored, nil, "", "PUT PUT DELETE", true},
-		{"put 409 that reads back is honoured", ProtocolPut, []storageAnswer{{status: 201}, {status: 409}, {status: 200}, {status: 204}},
-			ProbeHonoured, nil, "", "PUT PUT GET DELETE", true},
-		{"put 409 that does not read back is unresolved", ProtocolPut, []storageAnswer{{status: 201}, {status: 409}, {status: 404}, {status: 204}},
-			"", ErrUnresolved, "does not read back", "PUT PUT GET DELETE", true},
-		{"a refused delete is reported, the verdict stands", ProtocolPut, []storageAnswer{{status: 201}, {status: 412}, {status: 405}},
-			ProbeHonoured, nil, "", "PUT PUT DELETE", false},
-		{"401 names the credentials", ProtocolPut, []storageAnswer{{status: 401}},
-			"", ErrStopRun, "the server refused the credentials", "PUT", false},
-		{"s3 403 names the AWS variables", ProtocolS3, []storageAnswer{s3Err(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")},
-			"", ErrStopRun, "check AWS_ACCESS_KEY_ID", "PUT", false},
-		{"couchdb 404 names the database", ProtocolCouchDB, []storageAnswer{{status: 404, body: `{"error":"not_found","reason":"Database does not exist."}`}},
-			"", ErrStopRun, "no such database", "PUT", false},
-		{"405 says the URL is not writable", ProtocolPut, []storageAnswer{{status: 405}},
-			"", ErrTerminal, "not a writable collection", "PUT", false},
-		{"a first write answered exists is not a verdict", ProtocolPut, []storageAnswer{{status: 412}},
-			"", ErrStopRun, "answered as if the record existed", "PUT", false},
-		{"a 500 on the second write is unresolved and the record is deleted", ProtocolPut, []storageAnswer{{status: 201}, {status: 500}, {status: 204}},
-			"", ErrUnresolved, "the server failed", "PUT PUT DELETE", true},
+		{"201 then 412 is honoured", protocol.Put, []storageAnswer{{status: 201}, {status: 412}, {status: 204}},
+			ProbeHonoured, nil, "", 0, "PUT PUT DELETE", true},
+		{"201 then 204 is ignored", protocol.Put, []storageAnswer{{status: 201}, {status: 204}, {status: 204}},
+			ProbeIgnored, nil, "", 0, "PUT PUT DELETE", true},
+		{"put 409 that reads back is honoured", protocol.Put, []storageAnswer{{status: 201}, {status: 409}, {status: 200}, {status: 204}},
+			ProbeHonoured, nil, "", 0, "PUT PUT GET DELETE", true},
+		{"put 409 that does not read back is unresolved", protocol.Put, []storageAnswer{{status: 201}, {status: 409}, {status: 404}, {status: 204}},
+			"", ErrUnresolved, "does not read back", 409, "PUT PUT GET DELETE", true},
+		{"a refused delete is reported, the verdict stands", protocol.Put, []storageAnswer{{status: 201}, {status: 412}, {status: 405}},
+			ProbeHonoured, nil, "", 0, "PUT PUT DELETE", false},
+		{"401 stops: the credentials were refused", protocol.Put, []storageAnswer{{status: 401}},
+			"", ErrStopRun, "", 401, "PUT", false},
+		{"s3 403 stops: the credentials were refused", protocol.S3, []storageAnswer{s3Err(403, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")},
+			"", ErrStopRun, "InvalidAccessKeyId", 403, "PUT", false},
+		{"couchdb 404 stops: no such database", protocol.CouchDB, []storageAnswer{{status: 404, body: `{"error":"not_found","reason":"Database does not exist."}`}},
+			"", ErrStopRun, "", 404, "PUT", false},
+		{"405 fails: the URL is not writable", protocol.Put, []storageAnswer{{status: 405}},
+			"", ErrTerminal, "", 405, "PUT", false},
+		{"a first write answered exists is not a verdict", protocol.Put, []storageAnswer{{status: 412}},
+			"", ErrStopRun, "answered as if the record existed", 412, "PUT", false},
+		{"a 500 on the second write is unresolved and the record is deleted", protocol.Put, []storageAnswer{{status: 201}, {status: 500}, {status: 204}},
+			"", ErrUnresolved, "", 500, "PUT PUT DELETE", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newStorageServer(t, tt.script...)
-			p, err := NewProbe(Config{Endpoint: srv.URL + "/records", Protocol: tt.proto, AWS: testAWS,
-				Header: http.Header{"Authorization": {"Bearer secret"}}})
+			// S3 signs every request: its Authorization is the signer's,
+			// and New refuses one of the caller's.
+			header := http.Header{"Authorization": {"Bearer secret"}}
+			if tt.proto == protocol.S3 {
+				header = nil
+			}
+			p, err := NewProbe(Config{Target: targetFor(tt.proto, srv.URL+"/records"), Header: header})
 			require.NoError(t, err)
 			rep, err := p.Run(context.Background())
 			var methods []string
 			for _, r := range srv.requests() {
 				methods = append(methods, r.Method)
 				require.Equal(t, "/records/"+strings.TrimPrefix(p.URL, srv.URL+"/records/"), r.URL.Path)
-				if tt.proto != ProtocolS3 { // s3: the signature is the Authorization
+				if tt.proto != protocol.S3 { // s3: the signature is the Authorization
 					require.Equal(t, "Bearer secret", r.Header.Get("Authorization"))
+				} else {
+					require.True(t, strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 "), r.Header.Get("Authorization"))
 				}
 			}
 			require.Equal(t, tt.methods, strings.Join(methods, " "))
@@ -71,6 +81,9 @@ func TestProbeVerdicts(t *testing.T) {
 			}
 			require.ErrorIs(t, err, tt.sentinel)
 			require.ErrorContains(t, err, tt.meaning)
+			var herr *HTTPError
+			require.True(t, errors.As(err, &herr), "an HTTPError in %v", err)
+			require.Equal(t, tt.status, herr.StatusCode)
 			require.Equal(t, ProbeVerdict(""), rep.Verdict)
 		})
 	}
@@ -78,7 +91,7 @@ func TestProbeVerdicts(t *testing.T) {
 
 func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201}, storageAnswer{status: 412}, storageAnswer{status: 204})
-	p, err := NewProbe(Config{Endpoint: srv.URL})
+	p, err := NewProbe(Config{Target: Put{Endpoint: srv.URL}})
 	require.NoError(t, err)
 	require.Regexp(t, `^`+srv.URL+`/deposit-probe-[0-9a-f]{16}$`, p.URL)
 	_, err = p.Run(context.Background())
@@ -89,7 +102,7 @@ func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 	require.Equal(t, string(p.Body), string(srv.bodies[0]))
 	require.Equal(t, string(p.Body), string(srv.bodies[1]))
 
-	other, err := NewProbe(Config{Endpoint: srv.URL})
+	other, err := NewProbe(Config{Target: Put{Endpoint: srv.URL}})
 	require.NoError(t, err)
 	require.NotEqual(t, p.URL, other.URL, "every probe has a new name")
 }
@@ -97,7 +110,7 @@ func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 func TestProbeDeletesACouchDBDocumentByItsRevision(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201, body: `{"ok":true,"id":"x","rev":"1-abc"}`},
 		storageAnswer{status: 409, body: `{"error":"conflict"}`}, storageAnswer{status: 200, body: `{"ok":true}`})
-	p, err := NewProbe(Config{Endpoint: srv.URL + "/db", Protocol: ProtocolCouchDB})
+	p, err := NewProbe(Config{Target: CouchDB{Endpoint: srv.URL + "/db"}})
 	require.NoError(t, err)
 	rep, err := p.Run(context.Background())
 	require.NoError(t, err)
@@ -110,7 +123,7 @@ func TestProbeOfAnUnreachableEndpointIsUnresolved(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201})
 	url := srv.URL
 	srv.Close()
-	p, err := NewProbe(Config{Endpoint: url})
+	p, err := NewProbe(Config{Target: Put{Endpoint: url}})
 	require.NoError(t, err)
 	rep, err := p.Run(context.Background())
 	require.ErrorIs(t, err, ErrUnresolved)
@@ -121,6 +134,7 @@ func TestProbeOfAnUnreachableEndpointIsUnresolved(t *testing.T) {
 }
 
 func TestProbeRefusesProtocolsWithoutAConditionalCreate(t *testing.T) {
-	_, err := NewProbe(Config{Endpoint: "http://127.0.0.1:1", Protocol: ProtocolIdempotencyKey})
+	_, err := NewProbe(Config{Target: IdempotencyKey{Endpoint: "http://127.0.0.1:1"}})
+	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "no conditional create to probe")
 }

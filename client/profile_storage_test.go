@@ -18,6 +18,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 // storageAnswer is one scripted answer of a storage server.
@@ -85,9 +86,9 @@ var quickRetry = backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Milliseco
 
 var testAWS = &AWSCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", Region: "eu-west-2"}
 
-func storageClient(t testing.TB, endpoint string, proto Protocol) *Client {
+func storageClient(t testing.TB, endpoint string, proto string) *Client {
 	t.Helper()
-	c, err := New(Config{Endpoint: endpoint, Protocol: proto, Store: storageStore(t), Retry: quickRetry, AWS: testAWS})
+	c, err := New(Config{Target: targetFor(proto, endpoint), Store: storageStore(t), Retry: quickRetry})
 	require.NoError(t, err)
 	return c
 }
@@ -97,39 +98,39 @@ const storagePayload = `{"title":"Kelp Canopy Survey","year":2024}`
 func TestStorageProtocolTable(t *testing.T) {
 	tests := []struct {
 		name     string
-		proto    Protocol
+		proto    string
 		script   []storageAnswer
 		outcome  Outcome
 		sentinel error // nil when the deposit succeeds
 		problem  string
 		requests int
 	}{
-		{"s3 200 is created", ProtocolS3, []storageAnswer{{status: 200}}, OutcomeCreated, nil, "", 1},
-		{"s3 412 is existing", ProtocolS3, []storageAnswer{s3Err(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")}, OutcomeExisting, nil, "", 1},
-		{"s3 409 ConditionalRequestConflict is retried, then created", ProtocolS3,
+		{"s3 200 is created", protocol.S3, []storageAnswer{{status: 200}}, OutcomeCreated, nil, "", 1},
+		{"s3 412 is existing", protocol.S3, []storageAnswer{s3Err(412, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold")}, OutcomeExisting, nil, "", 1},
+		{"s3 409 ConditionalRequestConflict is retried, then created", protocol.S3,
 			[]storageAnswer{s3Err(409, "ConditionalRequestConflict", "A conflicting operation occurred"), {status: 200}}, OutcomeCreated, nil, "", 2},
-		{"s3 409 ConditionalRequestConflict, then 412, is existing", ProtocolS3,
+		{"s3 409 ConditionalRequestConflict, then 412, is existing", protocol.S3,
 			[]storageAnswer{s3Err(409, "ConditionalRequestConflict", "A conflicting operation occurred"), s3Err(412, "PreconditionFailed", "")}, OutcomeExisting, nil, "", 2},
-		{"s3 503 SlowDown is retried", ProtocolS3, []storageAnswer{s3Err(503, "SlowDown", "Please reduce your request rate."), {status: 200}}, OutcomeCreated, nil, "", 2},
-		{"s3 403 SignatureDoesNotMatch stops the run", ProtocolS3, []storageAnswer{s3Err(403, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")},
+		{"s3 503 SlowDown is retried", protocol.S3, []storageAnswer{s3Err(503, "SlowDown", "Please reduce your request rate."), {status: 200}}, OutcomeCreated, nil, "", 2},
+		{"s3 403 SignatureDoesNotMatch stops the run", protocol.S3, []storageAnswer{s3Err(403, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided.")},
 			"", ErrStopRun, "SignatureDoesNotMatch: The request signature we calculated does not match", 1},
-		{"s3 403 AccessDenied stops the run", ProtocolS3, []storageAnswer{s3Err(403, "AccessDenied", "Access Denied")}, "", ErrStopRun, "AccessDenied: Access Denied", 1},
-		{"s3 400 AuthorizationHeaderMalformed stops the run", ProtocolS3, []storageAnswer{s3Err(400, "AuthorizationHeaderMalformed", "the region 'eu-west-2' is wrong; expecting 'us-east-1'")},
+		{"s3 403 AccessDenied stops the run", protocol.S3, []storageAnswer{s3Err(403, "AccessDenied", "Access Denied")}, "", ErrStopRun, "AccessDenied: Access Denied", 1},
+		{"s3 400 AuthorizationHeaderMalformed stops the run", protocol.S3, []storageAnswer{s3Err(400, "AuthorizationHeaderMalformed", "the region 'eu-west-2' is wrong; expecting 'us-east-1'")},
 			"", ErrStopRun, "AuthorizationHeaderMalformed", 1},
-		{"s3 301 PermanentRedirect stops the run", ProtocolS3, []storageAnswer{s3Err(301, "PermanentRedirect", "use the specified endpoint")}, "", ErrStopRun, "PermanentRedirect", 1},
-		{"s3 409 of another kind is a failure", ProtocolS3, []storageAnswer{s3Err(409, "SomethingElse", "no")}, OutcomeFailed, ErrTerminal, "SomethingElse: no", 1},
-		{"s3 400 EntityTooLarge is a failure", ProtocolS3, []storageAnswer{s3Err(400, "EntityTooLarge", "too large")}, OutcomeFailed, ErrTerminal, "EntityTooLarge: too large", 1},
-		{"s3 500 InternalError is retried", ProtocolS3, []storageAnswer{s3Err(500, "InternalError", "try again"), {status: 200}}, OutcomeCreated, nil, "", 2},
+		{"s3 301 PermanentRedirect stops the run", protocol.S3, []storageAnswer{s3Err(301, "PermanentRedirect", "use the specified endpoint")}, "", ErrStopRun, "PermanentRedirect", 1},
+		{"s3 409 of another kind is a failure", protocol.S3, []storageAnswer{s3Err(409, "SomethingElse", "no")}, OutcomeFailed, ErrTerminal, "SomethingElse: no", 1},
+		{"s3 400 EntityTooLarge is a failure", protocol.S3, []storageAnswer{s3Err(400, "EntityTooLarge", "too large")}, OutcomeFailed, ErrTerminal, "EntityTooLarge: too large", 1},
+		{"s3 500 InternalError is retried", protocol.S3, []storageAnswer{s3Err(500, "InternalError", "try again"), {status: 200}}, OutcomeCreated, nil, "", 2},
 
-		{"webdav 201 is created", ProtocolWebDAV, []storageAnswer{{status: 201}}, OutcomeCreated, nil, "", 1},
-		{"webdav 412 is existing", ProtocolWebDAV, []storageAnswer{{status: 412}}, OutcomeExisting, nil, "", 1},
-		{"webdav 409 stops the run: the collection is missing", ProtocolWebDAV, []storageAnswer{{status: 409, ctype: "text/html", body: "<!DOCTYPE HTML>\n<html>Conflict</html>"}},
-			"", ErrStopRun, "does not exist: create it or fix --endpoint", 1},
+		{"webdav 201 is created", protocol.WebDAV, []storageAnswer{{status: 201}}, OutcomeCreated, nil, "", 1},
+		{"webdav 412 is existing", protocol.WebDAV, []storageAnswer{{status: 412}}, OutcomeExisting, nil, "", 1},
+		{"webdav 409 stops the run: the collection is missing", protocol.WebDAV, []storageAnswer{{status: 409, ctype: "text/html", body: "<!DOCTYPE HTML>\n<html>Conflict</html>"}},
+			"", ErrStopRun, "/bucket/ does not exist", 1},
 
-		{"couchdb 201 is created", ProtocolCouchDB, []storageAnswer{{status: 201, body: `{"ok":true,"id":"x","rev":"1-a"}`}}, OutcomeCreated, nil, "", 1},
-		{"couchdb 202 is created", ProtocolCouchDB, []storageAnswer{{status: 202, body: `{"ok":true,"id":"x","rev":"1-a"}`}}, OutcomeCreated, nil, "", 1},
-		{"couchdb 409 conflict is existing", ProtocolCouchDB, []storageAnswer{{status: 409, body: `{"error":"conflict","reason":"Document update conflict."}`}}, OutcomeExisting, nil, "", 1},
-		{"couchdb 404 no database stops the run", ProtocolCouchDB, []storageAnswer{{status: 404, body: `{"error":"not_found","reason":"Database does not exist."}`}}, "", ErrStopRun, "Database does not exist", 1},
+		{"couchdb 201 is created", protocol.CouchDB, []storageAnswer{{status: 201, body: `{"ok":true,"id":"x","rev":"1-a"}`}}, OutcomeCreated, nil, "", 1},
+		{"couchdb 202 is created", protocol.CouchDB, []storageAnswer{{status: 202, body: `{"ok":true,"id":"x","rev":"1-a"}`}}, OutcomeCreated, nil, "", 1},
+		{"couchdb 409 conflict is existing", protocol.CouchDB, []storageAnswer{{status: 409, body: `{"error":"conflict","reason":"Document update conflict."}`}}, OutcomeExisting, nil, "", 1},
+		{"couchdb 404 no database stops the run", protocol.CouchDB, []storageAnswer{{status: 404, body: `{"error":"not_found","reason":"Database does not exist."}`}}, "", ErrStopRun, "Database does not exist", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,15 +158,15 @@ func TestStorageProtocolTable(t *testing.T) {
 
 func TestWebDAVMissingCollectionNamesIt(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 409})
-	c := storageClient(t, srv.URL+"/dav/missing", ProtocolWebDAV)
+	c := storageClient(t, srv.URL+"/dav/missing", protocol.WebDAV)
 	_, err := c.Deposit(context.Background(), []byte(storagePayload))
 	require.ErrorIs(t, err, ErrStopRun)
-	require.Contains(t, err.Error(), "the collection "+srv.URL+"/dav/missing/ does not exist: create it or fix --endpoint")
+	require.Contains(t, err.Error(), "the collection "+srv.URL+"/dav/missing/ does not exist")
 }
 
 func TestS3RequestIsSignedPutObject(t *testing.T) {
 	srv := newStorageServer(t, s3Err(503, "SlowDown", "slow down"), storageAnswer{status: 200})
-	c := storageClient(t, srv.URL+"/bucket", ProtocolS3)
+	c := storageClient(t, srv.URL+"/bucket", protocol.S3)
 	res, err := c.Deposit(context.Background(), []byte(storagePayload))
 	require.NoError(t, err)
 	reqs := srv.requests()
@@ -190,7 +191,7 @@ func TestS3SessionTokenIsSent(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 200})
 	aws := *testAWS
 	aws.SessionToken = "token-123"
-	c, err := New(Config{Endpoint: srv.URL + "/bucket", Protocol: ProtocolS3, Store: storageStore(t), AWS: &aws})
+	c, err := New(Config{Target: S3{Endpoint: srv.URL + "/bucket", AWS: aws}, Store: storageStore(t)})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(storagePayload))
 	require.NoError(t, err)
@@ -200,9 +201,10 @@ func TestS3SessionTokenIsSent(t *testing.T) {
 }
 
 func TestS3WithoutCredentialsIsRefused(t *testing.T) {
-	for _, aws := range []*AWSCredentials{nil, {AccessKeyID: "AK"}, {SecretAccessKey: "SK"}} {
-		_, err := New(Config{Endpoint: "http://127.0.0.1:1/bucket", Protocol: ProtocolS3, Store: storageStore(t), AWS: aws})
-		require.ErrorContains(t, err, "protocol s3 needs Config.AWS")
+	for _, aws := range []AWSCredentials{{}, {AccessKeyID: "AK"}, {SecretAccessKey: "SK"}} {
+		_, err := New(Config{Target: S3{Endpoint: "http://127.0.0.1:1/bucket", AWS: aws}, Store: storageStore(t)})
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, "S3.AWS needs an access key id and a secret access key")
 	}
 }
 
@@ -217,7 +219,7 @@ func TestCouchDBRefusesWhatIsNotADocument(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newStorageServer(t, storageAnswer{status: 201})
-			c := storageClient(t, srv.URL+"/db", ProtocolCouchDB)
+			c := storageClient(t, srv.URL+"/db", protocol.CouchDB)
 			_, err := c.Deposit(context.Background(), []byte(tt.payload))
 			require.ErrorIs(t, err, ErrInvalid)
 			require.ErrorContains(t, err, tt.problem)
@@ -226,7 +228,7 @@ func TestCouchDBRefusesWhatIsNotADocument(t *testing.T) {
 	}
 	t.Run("a nested member starting with _ is sent", func(t *testing.T) {
 		srv := newStorageServer(t, storageAnswer{status: 201})
-		c := storageClient(t, srv.URL+"/db", ProtocolCouchDB)
+		c := storageClient(t, srv.URL+"/db", protocol.CouchDB)
 		_, err := c.Deposit(context.Background(), []byte(`{"meta":{"_note":"fine"}}`))
 		require.NoError(t, err)
 	})
@@ -234,11 +236,11 @@ func TestCouchDBRefusesWhatIsNotADocument(t *testing.T) {
 
 func TestParseProtocolKnowsTheStorageProfiles(t *testing.T) {
 	for _, name := range []string{"webdav", "s3", "couchdb"} {
-		p, err := ParseProtocol(name)
+		p, err := protocol.Parse(name)
 		require.NoError(t, err)
-		require.Equal(t, Protocol(name), p)
+		require.Equal(t, name, p)
 	}
-	_, err := ParseProtocol("ftp")
+	_, err := protocol.Parse("ftp")
 	for _, name := range []string{"webdav", "s3", "couchdb"} {
 		require.ErrorContains(t, err, name, "the error lists the protocols")
 	}

@@ -18,12 +18,12 @@ import (
 // the retry of an uncertain Idempotency-Key request into a 422: the body
 // first sent is re-sent byte for byte.
 func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 503}, answer{status: 503}, answer{status: 201, body: `{"id":"job-1"}`})
+	srv := newScripted(t, reply{}, reply{status: 503}, reply{status: 503}, reply{status: 201, body: `{"id":"job-1"}`})
 	path := filepath.Join(t.TempDir(), "deposit.db")
 	store, err := dedup.Open(path)
 	require.NoError(t, err)
 	once := backoff.Policy{MaxAttempts: 1}
-	c, err := New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, Ignore: []string{"/at"}, Retry: once})
+	c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: once})
 	require.NoError(t, err)
 	first, err := c.Deposit(context.Background(), []byte(`{"title":"x","at":"09:00"}`))
 	require.ErrorIs(t, err, ErrUnresolved)
@@ -33,7 +33,7 @@ func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
 	store, err = dedup.Open(path)
 	require.NoError(t, err)
 	defer store.Close()
-	c, err = New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, Ignore: []string{"/at"}, Retry: fastRetry})
+	c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: fastRetry})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(`{"at":"09:05","title":"x"}`))
 	require.NoError(t, err)
@@ -53,15 +53,15 @@ func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
 func TestResumingPastTheRetentionWarns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "deposit.db")
 	twoDaysAgo := func() time.Time { return time.Now().Add(-48 * time.Hour) }
-	srv := newScripted(t, answer{}, answer{status: 201, body: `{"id":"job-1"}`})
+	srv := newScripted(t, reply{}, reply{status: 201, body: `{"id":"job-1"}`})
 
 	old, err := dedup.Open(path, dedup.WithClock(twoDaysAgo))
 	require.NoError(t, err)
-	c, err := New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: old})
+	c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: old})
 	require.NoError(t, err)
 	k, err := c.Key([]byte(payload))
 	require.NoError(t, err)
-	_, err = old.Begin(context.Background(), c.Target(), k.Key, k.Body)
+	_, err = old.Begin(context.Background(), c.StoreTarget(), k.Key, k.Body)
 	require.NoError(t, err)
 	require.NoError(t, old.Close())
 
@@ -69,7 +69,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 	require.NoError(t, err)
 	defer store.Close()
 	var logs bytes.Buffer
-	c, err = New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store,
+	c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(payload))
@@ -82,7 +82,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 		// Another pending row two days old, resumed by a client told the
 		// server keeps keys three days.
 		logs.Reset()
-		c, err := New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, Retention: 72 * time.Hour,
+		c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		other := []byte(`{"title":"another"}`)
@@ -91,14 +91,14 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 		require.NoError(t, store.Close())
 		old, err := dedup.Open(path, dedup.WithClock(twoDaysAgo))
 		require.NoError(t, err)
-		_, err = old.Begin(context.Background(), c.Target(), k2.Key, k2.Body)
+		_, err = old.Begin(context.Background(), c.StoreTarget(), k2.Key, k2.Body)
 		require.NoError(t, err)
 		require.NoError(t, old.Close())
 
 		store, err := dedup.Open(path)
 		require.NoError(t, err)
 		defer store.Close()
-		c, err = New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, Retention: 72 * time.Hour,
+		c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		res, err := c.Deposit(context.Background(), other)

@@ -16,8 +16,7 @@ import (
 // AWSCredentials are the credentials and region requests to an S3-compatible
 // store are signed with (AWS Signature V4). The fields mirror the usual
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION
-// environment variables, which the client itself never reads. A value is
-// read-only once given to New.
+// environment variables, which the client itself never reads.
 type AWSCredentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
@@ -36,24 +35,16 @@ const defaultRegion = "us-east-1"
 // without a body.
 var emptySHA256 = func() string { s := sha256.Sum256(nil); return hex.EncodeToString(s[:]) }()
 
-// signingHTTPClient returns a copy of base (or of the default client when
-// base is nil) whose transport signs every request with creds. The payload
-// hash is taken from the request's X-Amz-Content-Sha256 header, which the s3
-// profile sets once per deposit, so a retry never hashes the body again.
-func signingHTTPClient(base *http.Client, creds *AWSCredentials) (*http.Client, error) {
-	if creds == nil || creds.AccessKeyID == "" || creds.SecretAccessKey == "" {
-		return nil, errors.New("client: protocol s3 needs Config.AWS with an access key id and a secret access key")
-	}
-	hc := copyOrDefault(base)
-	next := hc.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
+// newSigningTransport returns a transport that signs every request with
+// creds before next sends it. The payload hash is taken from the request's
+// X-Amz-Content-Sha256 header, which the s3 target sets once per step, so a
+// retry never hashes the body again.
+func newSigningTransport(next http.RoundTripper, creds AWSCredentials) *signingTransport {
 	region := creds.Region
 	if region == "" {
 		region = defaultRegion
 	}
-	hc.Transport = &signingTransport{
+	return &signingTransport{
 		next: next,
 		signer: sigv4.New(func(o *v4.SignerOptions) {
 			// S3 canonicalises the path as sent, escaped once, and
@@ -68,7 +59,6 @@ func signingHTTPClient(base *http.Client, creds *AWSCredentials) (*http.Client, 
 		},
 		region: region,
 	}
-	return hc, nil
 }
 
 // signingTransport signs each attempt just before it is sent, so every retry

@@ -16,10 +16,11 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
-// answer is one scripted server answer.
-type answer struct {
+// reply is one scripted server answer.
+type reply struct {
 	status int
 	header map[string]string
 	body   string
@@ -34,16 +35,16 @@ type scripted struct {
 	writes   []*http.Request
 	bodies   [][]byte
 	reads    int
-	script   []answer
-	readBack answer
+	script   []reply
+	readBack reply
 }
 
-func newScripted(t *testing.T, readBack answer, script ...answer) *scripted {
+func newScripted(t *testing.T, readBack reply, script ...reply) *scripted {
 	s := &scripted{script: script, readBack: readBack}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		var a answer
+		var a reply
 		if r.Method == http.MethodGet {
 			s.reads++
 			a = s.readBack
@@ -88,9 +89,9 @@ func openStore(t *testing.T) *dedup.SQLite {
 // included (the cap applies to it too).
 var fastRetry = backoff.Policy{Base: time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 4, MaxElapsed: 10 * time.Second}
 
-func newTestClient(t *testing.T, endpoint string, proto Protocol, store dedup.Store) *Client {
+func newTestClient(t *testing.T, endpoint string, proto string, store Store) *Client {
 	t.Helper()
-	c, err := New(Config{Endpoint: endpoint, Protocol: proto, Store: store, Retry: fastRetry})
+	c, err := New(Config{Target: targetFor(proto, endpoint), Store: store, Retry: fastRetry})
 	require.NoError(t, err)
 	return c
 }
@@ -98,18 +99,18 @@ func newTestClient(t *testing.T, endpoint string, proto Protocol, store dedup.St
 const payload = `{"title":"Reef Temperature Series","creators":["Vega, A."]}`
 
 func TestProtocolTable(t *testing.T) {
-	created := answer{status: 201, body: `{"identifier":"10.5072/abc","id":"10.5072/abc"}`}
-	readOK := answer{status: 200, body: `{"identifier":"10.5072/found"}`}
-	read404 := answer{status: 404}
-	problem := answer{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: `{"title":"Unprocessable","detail":"title is empty"}`}
-	retry := func(s int) answer {
-		return answer{status: s, header: map[string]string{"Retry-After": "1"}}
+	created := reply{status: 201, body: `{"identifier":"10.5072/abc","id":"10.5072/abc"}`}
+	readOK := reply{status: 200, body: `{"identifier":"10.5072/found"}`}
+	read404 := reply{status: 404}
+	problem := reply{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: `{"title":"Unprocessable","detail":"title is empty"}`}
+	retry := func(s int) reply {
+		return reply{status: s, header: map[string]string{"Retry-After": "1"}}
 	}
 	tests := []struct {
 		name       string
-		proto      Protocol
-		script     []answer
-		readBack   answer
+		proto      string
+		script     []reply
+		readBack   reply
 		outcome    Outcome
 		identifier string // "" means the record URL
 		writes     int
@@ -117,43 +118,43 @@ func TestProtocolTable(t *testing.T) {
 		wantErr    error
 		wantState  dedup.State
 	}{
-		{name: "put 201 is created with the identifier of the body", proto: ProtocolPut, script: []answer{created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 1, wantState: dedup.StateDone},
-		{name: "put 201 without body uses Location", proto: ProtocolPut, script: []answer{{status: 201, header: map[string]string{"Location": "/records/77"}}}, outcome: OutcomeCreated, identifier: "LOCATION", writes: 1, wantState: dedup.StateDone},
-		{name: "put 200 is created (and warned about)", proto: ProtocolPut, script: []answer{{status: 200}}, outcome: OutcomeCreated, writes: 1, wantState: dedup.StateDone},
-		{name: "put 204 is created", proto: ProtocolPut, script: []answer{{status: 204}}, outcome: OutcomeCreated, writes: 1, wantState: dedup.StateDone},
-		{name: "put 412 is existing with the identifier read back", proto: ProtocolPut, script: []answer{{status: 412}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 1, reads: 1, wantState: dedup.StateDone},
-		{name: "put 412 with a refused read-back is the record URL", proto: ProtocolPut, script: []answer{{status: 412}}, readBack: answer{status: 403}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
-		{name: "put 412 with a read-back echoing the payload is the record URL", proto: ProtocolPut, script: []answer{{status: 412}}, readBack: answer{status: 200, body: payload}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
-		{name: "put 409 confirmed by read-back is existing", proto: ProtocolPut, script: []answer{{status: 409}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 1, reads: 1, wantState: dedup.StateDone},
-		{name: "put 409 without a record is retried then unresolved", proto: ProtocolPut, script: []answer{{status: 409}}, readBack: read404, writes: 2, reads: 2, wantErr: ErrUnresolved, wantState: dedup.StatePending},
-		{name: "put 409 then 201 is created", proto: ProtocolPut, script: []answer{{status: 409}, created}, readBack: read404, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, reads: 1, wantState: dedup.StateDone},
-		{name: "put 422 is terminal and recorded", proto: ProtocolPut, script: []answer{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 400 is terminal", proto: ProtocolPut, script: []answer{{status: 400}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 405 is terminal", proto: ProtocolPut, script: []answer{{status: 405}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 413 is terminal", proto: ProtocolPut, script: []answer{{status: 413}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 415 is terminal", proto: ProtocolPut, script: []answer{{status: 415}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 428 is terminal", proto: ProtocolPut, script: []answer{{status: 428}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 401 stops the run", proto: ProtocolPut, script: []answer{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 403 stops the run", proto: ProtocolPut, script: []answer{{status: 403}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 404 stops the run", proto: ProtocolPut, script: []answer{{status: 404}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 501 stops the run", proto: ProtocolPut, script: []answer{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 429 with Retry-After is retried", proto: ProtocolPut, script: []answer{retry(429), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
-		{name: "put 503 with Retry-After is retried", proto: ProtocolPut, script: []answer{retry(503), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
-		{name: "put 500 is retried with the same key", proto: ProtocolPut, script: []answer{{status: 500}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
-		{name: "put 502 is retried", proto: ProtocolPut, script: []answer{{status: 502}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
-		{name: "put 504 is retried", proto: ProtocolPut, script: []answer{{status: 504}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
-		{name: "put 503 forever ends unresolved after the attempt limit", proto: ProtocolPut, script: []answer{retry(503)}, writes: 4, wantErr: ErrUnresolved, wantState: dedup.StatePending},
+		{name: "put 201 is created with the identifier of the body", proto: protocol.Put, script: []reply{created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 1, wantState: dedup.StateDone},
+		{name: "put 201 without body uses Location", proto: protocol.Put, script: []reply{{status: 201, header: map[string]string{"Location": "/records/77"}}}, outcome: OutcomeCreated, identifier: "LOCATION", writes: 1, wantState: dedup.StateDone},
+		{name: "put 200 is created (and warned about)", proto: protocol.Put, script: []reply{{status: 200}}, outcome: OutcomeCreated, writes: 1, wantState: dedup.StateDone},
+		{name: "put 204 is created", proto: protocol.Put, script: []reply{{status: 204}}, outcome: OutcomeCreated, writes: 1, wantState: dedup.StateDone},
+		{name: "put 412 is existing with the identifier read back", proto: protocol.Put, script: []reply{{status: 412}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 1, reads: 1, wantState: dedup.StateDone},
+		{name: "put 412 with a refused read-back is the record URL", proto: protocol.Put, script: []reply{{status: 412}}, readBack: reply{status: 403}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
+		{name: "put 412 with a read-back echoing the payload is the record URL", proto: protocol.Put, script: []reply{{status: 412}}, readBack: reply{status: 200, body: payload}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
+		{name: "put 409 confirmed by read-back is existing", proto: protocol.Put, script: []reply{{status: 409}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 1, reads: 1, wantState: dedup.StateDone},
+		{name: "put 409 without a record is retried then unresolved", proto: protocol.Put, script: []reply{{status: 409}}, readBack: read404, writes: 2, reads: 2, wantErr: ErrUnresolved, wantState: dedup.StatePending},
+		{name: "put 409 then 201 is created", proto: protocol.Put, script: []reply{{status: 409}, created}, readBack: read404, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, reads: 1, wantState: dedup.StateDone},
+		{name: "put 422 is terminal and recorded", proto: protocol.Put, script: []reply{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 400 is terminal", proto: protocol.Put, script: []reply{{status: 400}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 405 is terminal", proto: protocol.Put, script: []reply{{status: 405}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 413 is terminal", proto: protocol.Put, script: []reply{{status: 413}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 415 is terminal", proto: protocol.Put, script: []reply{{status: 415}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 428 is terminal", proto: protocol.Put, script: []reply{{status: 428}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "put 401 stops the run", proto: protocol.Put, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "put 403 stops the run", proto: protocol.Put, script: []reply{{status: 403}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "put 404 stops the run", proto: protocol.Put, script: []reply{{status: 404}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "put 501 stops the run", proto: protocol.Put, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "put 429 with Retry-After is retried", proto: protocol.Put, script: []reply{retry(429), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
+		{name: "put 503 with Retry-After is retried", proto: protocol.Put, script: []reply{retry(503), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
+		{name: "put 500 is retried with the same key", proto: protocol.Put, script: []reply{{status: 500}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
+		{name: "put 502 is retried", proto: protocol.Put, script: []reply{{status: 502}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
+		{name: "put 504 is retried", proto: protocol.Put, script: []reply{{status: 504}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
+		{name: "put 503 forever ends unresolved after the attempt limit", proto: protocol.Put, script: []reply{retry(503)}, writes: 4, wantErr: ErrUnresolved, wantState: dedup.StatePending},
 
-		{name: "idempotency-key 201 is created with /id", proto: ProtocolIdempotencyKey, script: []answer{created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 1, wantState: dedup.StateDone},
-		{name: "idempotency-key 200 is created", proto: ProtocolIdempotencyKey, script: []answer{{status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 1, wantState: dedup.StateDone},
-		{name: "idempotency-key hit is existing", proto: ProtocolIdempotencyKey, script: []answer{{status: 200, header: map[string]string{"Idempotency-Key-Reply": "hit"}, body: `{"id":"job-1"}`}}, outcome: OutcomeExisting, identifier: "job-1", writes: 1, wantState: dedup.StateDone},
-		{name: "idempotency-key 409 in flight is retried", proto: ProtocolIdempotencyKey, script: []answer{{status: 409}, {status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
-		{name: "idempotency-key 422 key reused is terminal", proto: ProtocolIdempotencyKey, script: []answer{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "idempotency-key 412 is terminal", proto: ProtocolIdempotencyKey, script: []answer{{status: 412}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "idempotency-key 501 stops and is never retried", proto: ProtocolIdempotencyKey, script: []answer{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "idempotency-key 401 stops the run", proto: ProtocolIdempotencyKey, script: []answer{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "idempotency-key 503 is retried", proto: ProtocolIdempotencyKey, script: []answer{retry(503), {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
-		{name: "idempotency-key 500 is retried with the same key", proto: ProtocolIdempotencyKey, script: []answer{{status: 500}, {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
+		{name: "idempotency-key 201 is created with /id", proto: protocol.IdempotencyKey, script: []reply{created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 1, wantState: dedup.StateDone},
+		{name: "idempotency-key 200 is created", proto: protocol.IdempotencyKey, script: []reply{{status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 1, wantState: dedup.StateDone},
+		{name: "idempotency-key hit is existing", proto: protocol.IdempotencyKey, script: []reply{{status: 200, header: map[string]string{"Idempotency-Key-Reply": "hit"}, body: `{"id":"job-1"}`}}, outcome: OutcomeExisting, identifier: "job-1", writes: 1, wantState: dedup.StateDone},
+		{name: "idempotency-key 409 in flight is retried", proto: protocol.IdempotencyKey, script: []reply{{status: 409}, {status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
+		{name: "idempotency-key 422 key reused is terminal", proto: protocol.IdempotencyKey, script: []reply{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "idempotency-key 412 is terminal", proto: protocol.IdempotencyKey, script: []reply{{status: 412}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
+		{name: "idempotency-key 501 stops and is never retried", proto: protocol.IdempotencyKey, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "idempotency-key 401 stops the run", proto: protocol.IdempotencyKey, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "idempotency-key 503 is retried", proto: protocol.IdempotencyKey, script: []reply{retry(503), {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
+		{name: "idempotency-key 500 is retried with the same key", proto: protocol.IdempotencyKey, script: []reply{{status: 500}, {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,7 +166,7 @@ func TestProtocolTable(t *testing.T) {
 			require.Equal(t, tt.writes, srv.writeCount(), "write requests")
 			require.Equal(t, tt.reads, srv.readCount(), "read-back requests")
 			require.Equal(t, tt.writes+tt.reads, res.Requests, "requests counted by the client")
-			rec, lerr := store.Lookup(context.Background(), c.Target(), res.Key)
+			rec, lerr := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
 			require.NoError(t, lerr)
 			require.Equal(t, tt.wantState, rec.State)
 			if tt.wantErr != nil {
@@ -189,8 +190,8 @@ func TestProtocolTable(t *testing.T) {
 
 func TestWriteRequestShape(t *testing.T) {
 	t.Run("put sends the canonical body to endpoint/key with If-None-Match", func(t *testing.T) {
-		srv := newScripted(t, answer{}, answer{status: 201})
-		c := newTestClient(t, srv.URL+"/records/", ProtocolPut, openStore(t))
+		srv := newScripted(t, reply{}, reply{status: 201})
+		c := newTestClient(t, srv.URL+"/records/", protocol.Put, openStore(t))
 		res, err := c.Deposit(context.Background(), []byte(`{ "b": 1, "a": [true, null] }`))
 		require.NoError(t, err)
 		require.Len(t, srv.writes, 1)
@@ -201,12 +202,12 @@ func TestWriteRequestShape(t *testing.T) {
 		require.Equal(t, `{"a":[true,null],"b":1}`, string(srv.bodies[0]))
 	})
 	t.Run("idempotency-key sends the same quoted key on every retry", func(t *testing.T) {
-		srv := newScripted(t, answer{}, answer{status: 500}, answer{status: 503}, answer{status: 201, body: `{"id":"x"}`})
-		c := newTestClient(t, srv.URL, ProtocolIdempotencyKey, openStore(t))
+		srv := newScripted(t, reply{}, reply{status: 500}, reply{status: 503}, reply{status: 201, body: `{"id":"x"}`})
+		c := newTestClient(t, srv.URL, protocol.IdempotencyKey, openStore(t))
 		res, err := c.Deposit(context.Background(), []byte(payload))
 		require.NoError(t, err)
 		require.Len(t, srv.writes, 3)
-		want := idempotencyKey(c.endpoint, res.Key, nil)
+		want := idempotencyKey(c.target.(idempotencyKeyDriver).endpoint, res.Key, nil)
 		require.Regexp(t, `^"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`, want)
 		for i, r := range srv.writes {
 			require.Equal(t, http.MethodPost, r.Method)
@@ -217,15 +218,15 @@ func TestWriteRequestShape(t *testing.T) {
 }
 
 func TestProblemDetailIsKept(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: `{"title":"Unprocessable","detail":"title is empty"}`})
+	srv := newScripted(t, reply{}, reply{status: 422, header: map[string]string{"Content-Type": "application/problem+json"}, body: `{"title":"Unprocessable","detail":"title is empty"}`})
 	store := openStore(t)
-	c := newTestClient(t, srv.URL, ProtocolPut, store)
+	c := newTestClient(t, srv.URL, protocol.Put, store)
 	res, err := c.Deposit(context.Background(), []byte(payload))
 	var herr *HTTPError
 	require.ErrorAs(t, err, &herr)
 	require.Equal(t, 422, herr.StatusCode)
 	require.Equal(t, "Unprocessable: title is empty", herr.Problem)
-	rec, err := store.Lookup(context.Background(), c.Target(), res.Key)
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
 	require.NoError(t, err)
 	require.Equal(t, "Unprocessable: title is empty", rec.Problem)
 	require.Equal(t, 422, rec.Status)
@@ -236,7 +237,7 @@ func TestProblemDetailIsKept(t *testing.T) {
 		require.Equal(t, 1, srv.writeCount())
 	})
 	t.Run("RetryFailed sends it again", func(t *testing.T) {
-		c2, err := New(Config{Endpoint: srv.URL, Store: store, Retry: fastRetry, RetryFailed: true})
+		c2, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry, RetryFailed: true})
 		require.NoError(t, err)
 		_, err = c2.Deposit(context.Background(), []byte(payload))
 		require.ErrorIs(t, err, ErrTerminal)
@@ -245,9 +246,9 @@ func TestProblemDetailIsKept(t *testing.T) {
 }
 
 func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 503, header: map[string]string{"Retry-After": "3600"}}, answer{status: 201})
+	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "3600"}}, reply{status: 201})
 	var waits []time.Duration
-	c, err := New(Config{Endpoint: srv.URL, Store: openStore(t), Retry: fastRetry,
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 		Hooks: Hooks{OnRetry: func(e RetryEvent) { waits = append(waits, e.Wait) }}})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(payload))
@@ -256,8 +257,8 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 }
 
 func TestErrorsNeverCarryCredentialsOrQueries(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 422})
-	c, err := New(Config{Endpoint: srv.URL + "/x?token=s3cret", Store: openStore(t), Retry: fastRetry,
+	srv := newScripted(t, reply{}, reply{status: 422})
+	c, err := New(Config{Target: Put{Endpoint: srv.URL + "/x?token=s3cret"}, Store: openStore(t), Retry: fastRetry,
 		Header: http.Header{"Authorization": {"Bearer s3cret"}}})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(payload))
@@ -283,7 +284,7 @@ func TestSameKeyIsNeverInFlightTwice(t *testing.T) {
 		fmt.Fprint(w, `{"identifier":"10.5072/one"}`)
 	}))
 	defer srv.Close()
-	c := newTestClient(t, srv.URL, ProtocolPut, openStore(t))
+	c := newTestClient(t, srv.URL, protocol.Put, openStore(t))
 
 	const n = 8
 	results := make(chan Result, n)
@@ -316,26 +317,26 @@ func TestSameKeyIsNeverInFlightTwice(t *testing.T) {
 }
 
 func TestSettingsMismatchIsRefusedBeforeAnyRequest(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 201})
+	srv := newScripted(t, reply{}, reply{status: 201})
 	store := openStore(t)
-	_, err := New(Config{Endpoint: srv.URL, Store: store, Ignore: []string{"/created"}})
+	_, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
 	require.NoError(t, err)
-	_, err = New(Config{Endpoint: srv.URL + "/", Store: store})
+	_, err = New(Config{Target: Put{Endpoint: srv.URL + "/"}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
-	_, err = New(Config{Endpoint: srv.URL, Store: store, Form: "python", Ignore: []string{"/created"}})
+	_, err = New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Form: "python", Ignore: []string{"/created"}})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
-	_, err = New(Config{Endpoint: srv.URL, Store: store, Ignore: []string{"/created"}})
+	_, err = New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
 	require.NoError(t, err, "the same settings are accepted again")
-	_, err = New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, KeySecret: []byte("a")})
+	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("a")}, Store: store})
 	require.NoError(t, err, "another protocol is another target")
-	_, err = New(Config{Endpoint: srv.URL, Protocol: ProtocolIdempotencyKey, Store: store, KeySecret: []byte("b")})
+	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("b")}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
 	require.Equal(t, 0, srv.writeCount())
 }
 
 func TestInvalidPayloadSendsNothing(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 201})
-	c := newTestClient(t, srv.URL, ProtocolPut, openStore(t))
+	srv := newScripted(t, reply{}, reply{status: 201})
+	c := newTestClient(t, srv.URL, protocol.Put, openStore(t))
 	for _, in := range []string{`{"a":1,"a":2}`, `{"a":NaN}`, `{"a":`, "\xff", `[1] x`} {
 		_, err := c.Deposit(context.Background(), []byte(in))
 		require.ErrorIs(t, err, ErrInvalid, in)
@@ -344,9 +345,9 @@ func TestInvalidPayloadSendsNothing(t *testing.T) {
 }
 
 func TestCancelledContextLeavesThePendingIntent(t *testing.T) {
-	srv := newScripted(t, answer{}, answer{status: 503, header: map[string]string{"Retry-After": "1"}})
+	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "1"}})
 	store := openStore(t)
-	c, err := New(Config{Endpoint: srv.URL, Store: store,
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store,
 		Retry: backoff.Policy{Base: time.Second, Cap: time.Second, MaxAttempts: 10}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -354,7 +355,7 @@ func TestCancelledContextLeavesThePendingIntent(t *testing.T) {
 	res, err := c.Deposit(ctx, []byte(payload))
 	require.ErrorIs(t, err, ErrUnresolved)
 	require.True(t, errors.Is(err, context.Canceled) || errors.Is(err, ErrInterrupted), err)
-	rec, err := store.Lookup(context.Background(), c.Target(), res.Key)
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatePending, rec.State)
 }

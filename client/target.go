@@ -1,130 +1,298 @@
 package client
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net/url"
+	"net/http"
+	"net/textproto"
 	"strings"
+	"time"
 
-	"github.com/google/uuid"
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
-// normalizeEndpoint returns the endpoint URL normalised per RFC 3986
-// section 6: scheme and host in lower case, the default port and a trailing
-// slash dropped, percent-encoding normalised (unreserved characters decoded,
-// hex digits upper case), no user info and no fragment. The query is kept: it
-// is part of the resource.
-func normalizeEndpoint(raw string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return "", fmt.Errorf("endpoint: %w", err)
-	}
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != "http" && scheme != "https" {
-		return "", fmt.Errorf("endpoint %q: scheme must be http or https", redactURL(raw))
-	}
-	if u.Host == "" {
-		return "", fmt.Errorf("endpoint %q: no host", redactURL(raw))
-	}
-	host := strings.ToLower(u.Hostname())
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	if port := u.Port(); port != "" && !(scheme == "http" && port == "80") && !(scheme == "https" && port == "443") {
-		host += ":" + port
-	}
-	path := normalizePercent(u.EscapedPath())
-	path = strings.TrimRight(path, "/")
-	out := scheme + "://" + host + path
-	if u.RawQuery != "" || u.ForceQuery {
-		out += "?" + normalizePercent(u.RawQuery)
-	}
-	return out, nil
+// Target is where deposits go and how each one becomes requests: one of
+// [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB] and [DataCite], each a
+// struct of its own options. A target turns a payload into the steps of its
+// deposit and judges the answers; the [Client] decides when to send, wait,
+// record and report. Target values are read-only once given to [New].
+type Target interface {
+	// driver checks the target's options and returns what the engine
+	// drives. Targets are defined in this package only: the step contract
+	// is still young.
+	driver() (driver, error)
 }
 
-// normalizePercent upper-cases the hex digits of percent-encodings and
-// decodes those that encode unreserved characters (RFC 3986 section 6.2.2.2).
-func normalizePercent(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
+// driver is a Target ready for the engine.
+type driver interface {
+	// name is the store target of the deposit's own rows: the protocol and
+	// the normalised endpoint (and the DOI prefix, for DataCite).
+	name() string
+	// stepTargets are the store targets of its other durable steps.
+	stepTargets() []string
+	// secretFingerprint identifies a key secret that shapes the requests
+	// (never the secret); "" when none does.
+	secretFingerprint() string
+	// guards reports whether the target sets header name for exactly-once,
+	// so that the caller's headers may not replace it.
+	guards(name string) bool
+	// steps returns the steps of a deposit, or an error when the target
+	// cannot take the payload (nothing is recorded then).
+	steps(k canonical.Keyed, dir string) ([]step, error)
+}
+
+// transportWrapper is a driver whose requests go through a transport of its
+// own (S3's signer), wrapped around the client's.
+type transportWrapper interface {
+	wrapTransport(next http.RoundTripper) http.RoundTripper
+}
+
+// rateSetter is a driver with a default request rate (DataCite's published
+// limit), used when Config.Rate is 0.
+type rateSetter interface {
+	defaultRate() float64
+}
+
+// guardsConditional reports the headers every target reserves: a caller's
+// If-None-Match or If-Match would change what a write means, and an
+// Idempotency-Key of the caller's would replace the one derived from the
+// key.
+func guardsConditional(name string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "If-None-Match", "If-Match", "Idempotency-Key":
+		return true
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			c := unhex(s[i+1])<<4 | unhex(s[i+2])
-			if isUnreserved(c) {
-				b.WriteByte(c)
-			} else {
-				b.WriteString(strings.ToUpper(s[i : i+3]))
+	return false
+}
+
+// Put is a repository that takes a conditional create: PUT {Endpoint}/{key}
+// with If-None-Match: *. 201 is created; 412, and a 409 whose read-back
+// (GET {Endpoint}/{key}) finds the record, mean it exists.
+type Put struct {
+	// Endpoint is the collection URL. Required.
+	Endpoint string
+	// IDPointer is the JSON Pointer of the identifier in an answer;
+	// default /identifier. Without one, the identifier is Location, else
+	// the record URL.
+	IDPointer string
+}
+
+// IdempotencyKey is a repository that takes POST {Endpoint} with an
+// Idempotency-Key header (IETF draft, IRI facility API): the UUIDv5 of the
+// endpoint and the key, the same bytes on every retry and after a restart.
+// The exact body first sent is kept in the store and re-sent on every retry.
+// 409 means the first request with this key is still in flight.
+type IdempotencyKey struct {
+	// Endpoint is the URL POSTed to. Required.
+	Endpoint string
+	// IDPointer is the JSON Pointer of the identifier in an answer;
+	// default /id, then /identifier.
+	IDPointer string
+	// KeySecret, when set, makes Idempotency-Key values an HMAC of the
+	// content key, so they cannot be guessed from public content.
+	KeySecret []byte
+	// Retention is how long the server keeps completed idempotency keys
+	// (IRI reference: 24 h, the default). Resuming an uncertain deposit
+	// older than this logs a warning: the server may no longer recognise
+	// the key.
+	Retention time.Duration
+}
+
+type putDriver struct {
+	endpoint string
+	pointers []string
+}
+
+func (t Put) driver() (driver, error) {
+	ep, err := normalizeEndpoint(t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return putDriver{endpoint: ep, pointers: pointers(t.IDPointer, "/identifier")}, nil
+}
+
+// pointers is the user's pointer, else the defaults.
+func pointers(user string, defaults ...string) []string {
+	if user != "" {
+		return []string{user}
+	}
+	return defaults
+}
+
+func (d putDriver) name() string              { return protocol.Put + " " + d.endpoint }
+func (d putDriver) stepTargets() []string     { return nil }
+func (d putDriver) secretFingerprint() string { return "" }
+func (d putDriver) guards(name string) bool   { return guardsConditional(name) }
+
+func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	url := recordURL(d.endpoint, k.Key)
+	return []step{{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/json")
+			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+		},
+		judge:    conditionalJudge(d.pointers, url),
+		check:    readBack(url, d.pointers, nil),
+		fallback: url,
+	}}, nil
+}
+
+// conditionalJudge judges the answers to a conditional create of a
+// repository that mints identifiers.
+func conditionalJudge(pointers []string, recordURL string) func(answer) verdict {
+	return func(a answer) verdict {
+		if a.err == nil {
+			switch a.status {
+			case http.StatusPreconditionFailed:
+				id, _ := stringAtPointers(a.body, pointers)
+				return verdict{class: classExists, id: id}
+			case http.StatusConflict:
+				return verdict{class: classConflict}
 			}
-			i += 2
-			continue
 		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	default:
-		return c - 'a' + 10
+		v := verdict{class: classifyCommon(a)}
+		if v.class == classCreated {
+			v.id = identifierFrom(a.body, a.header, pointers, a.url, recordURL, true)
+			if a.status != http.StatusCreated {
+				v.warn = ignoredConditionWarning
+			}
+		}
+		return v
 	}
 }
 
-func isUnreserved(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '-' || c == '.' || c == '_' || c == '~'
+// ignoredConditionWarning is logged once when a conditional create is
+// answered with a success other than 201.
+const ignoredConditionWarning = "the server answered a conditional create with a status other than 201; it may ignore If-None-Match, and then cannot prevent duplicates"
+
+// readBack is the check that reads a record back at url. ours, when set,
+// refuses a record that is not this deposit's (a foreign record at our
+// name). A read the server refuses (403, 404, 405, 410) finds nothing.
+func readBack(url string, pointers []string, ours func(body []byte) error) *check {
+	return &check{
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("Accept", "application/json")
+			return request{method: http.MethodGet, url: url, header: h}, nil
+		},
+		judge: func(a answer) finding {
+			if a.err != nil {
+				return finding{kind: findingUnknown, cls: classifyCommon(a)}
+			}
+			switch a.status {
+			case http.StatusOK, http.StatusNoContent:
+				if ours != nil {
+					if err := ours(a.body); err != nil {
+						return finding{kind: findingForeign, problem: err.Error()}
+					}
+				}
+				// A read-back that merely echoes the stored payload mints
+				// nothing: the record URL it is.
+				return finding{kind: findingPresent, id: identifierFrom(a.body, a.header, pointers, a.url, url, false)}
+			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
+				return finding{kind: findingAbsent, warn: "the server refused to read a record back; using record URLs as identifiers"}
+			}
+			return finding{kind: findingUnknown, cls: classifyCommon(a)}
+		},
+	}
 }
 
-// redactURL drops user info, query and fragment so a URL can be logged or put
-// in an error without leaking credentials or tokens.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
+type idempotencyKeyDriver struct {
+	endpoint  string
+	pointers  []string
+	secret    []byte
+	retention time.Duration
+}
+
+func (t IdempotencyKey) driver() (driver, error) {
+	ep, err := normalizeEndpoint(t.Endpoint)
 	if err != nil {
-		return "(unparsable url)"
+		return nil, err
 	}
-	u.User = nil
-	u.RawQuery = ""
-	u.ForceQuery = false
-	u.Fragment = ""
-	u.RawFragment = ""
-	return u.String()
+	d := idempotencyKeyDriver{endpoint: ep, pointers: pointers(t.IDPointer, "/id", "/identifier"),
+		secret: append([]byte(nil), t.KeySecret...), retention: t.Retention}
+	if d.retention <= 0 {
+		d.retention = 24 * time.Hour
+	}
+	return d, nil
 }
 
-// idempotencyKey is the Idempotency-Key header value for a deposit: a quoted
-// Structured Field string holding the UUIDv5 (URL namespace) of
-// "POST <target> <key>", or of the lowercase hex HMAC-SHA256 of that string
-// under the key secret when one is set. The same inputs give the same bytes in
-// every process and after every restart.
-func idempotencyKey(target, key string, secret []byte) string {
-	name := "POST " + target + " " + key
-	if len(secret) > 0 {
-		mac := hmac.New(sha256.New, secret)
-		mac.Write([]byte(name))
-		name = hex.EncodeToString(mac.Sum(nil))
-	}
-	return `"` + uuid.NewSHA1(uuid.NameSpaceURL, []byte(name)).String() + `"`
+func (d idempotencyKeyDriver) name() string              { return protocol.IdempotencyKey + " " + d.endpoint }
+func (d idempotencyKeyDriver) stepTargets() []string     { return nil }
+func (d idempotencyKeyDriver) secretFingerprint() string { return secretFingerprint(d.secret) }
+func (d idempotencyKeyDriver) guards(name string) bool   { return guardsConditional(name) }
+
+func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	record := recordURL(d.endpoint, k.Key)
+	return []step{{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		keepBody: true, retention: d.retention,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("Idempotency-Key", idempotencyKey(d.endpoint, k.Key, d.secret))
+			h.Set("Content-Type", "application/json")
+			return request{method: http.MethodPost, url: d.endpoint, header: h, body: k.Body}, nil
+		},
+		judge: func(a answer) verdict {
+			cls := classifyCommon(a)
+			if a.err == nil {
+				switch {
+				case a.status >= 200 && a.status < 300 && strings.EqualFold(a.header.Get("Idempotency-Key-Reply"), "hit"):
+					// The server replayed the result of an earlier request.
+					cls = classExists
+				case a.status == http.StatusConflict:
+					// The first request with this key is still in flight.
+					cls = classRetry
+				}
+			}
+			v := verdict{class: cls}
+			if cls == classCreated || cls == classExists {
+				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record, true)
+			}
+			return v
+		},
+		fallback: record,
+	}}, nil
 }
 
-// secretFingerprint identifies a key secret without revealing it, so the
-// store can refuse a run whose secret differs from the one its keys were made
-// with. Empty when there is no secret.
-func secretFingerprint(secret []byte) string {
-	if len(secret) == 0 {
-		return ""
+// classifyCommon is the part of the protocol table every target shares.
+func classifyCommon(a answer) class {
+	if a.err != nil {
+		return classAmbiguous
 	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte("deposit key secret fingerprint"))
-	return hex.EncodeToString(mac.Sum(nil))[:16]
+	switch s := a.status; {
+	case s == http.StatusCreated || s == http.StatusOK || s == http.StatusNoContent:
+		return classCreated
+	case s == http.StatusUnauthorized || s == http.StatusForbidden || s == http.StatusNotFound ||
+		s == http.StatusNotImplemented:
+		return classStop
+	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
+		return classRetry
+	case s >= 500:
+		return classAmbiguous
+	case s >= 400:
+		return classTerminal
+	default:
+		// 1xx, 3xx the HTTP client did not follow, other 2xx: not a
+		// confirmation. Ambiguous, so the attempt limit settles it.
+		return classAmbiguous
+	}
+}
+
+// recordURL is {endpoint}/{name}, the endpoint's query kept after the name.
+func recordURL(endpoint, name string) string {
+	base, query, found := strings.Cut(endpoint, "?")
+	if found {
+		return base + "/" + name + "?" + query
+	}
+	return base + "/" + name
+}
+
+// errHeaderGuarded is the error for a caller's header that a target sets
+// itself.
+func errHeaderGuarded(name string) error {
+	return fmt.Errorf("%w: Config.Header %s: the target sets this header itself to make writes exactly-once", ErrConfig, textproto.CanonicalMIMEHeaderKey(name))
 }

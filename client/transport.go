@@ -12,15 +12,23 @@ import (
 const defaultAttemptTimeout = 30 * time.Second
 
 // newHTTPClient returns the client requests go through: the caller's (its
-// Transport wrapped, not modified) or a keep-alive one, with the rate limit
-// applied to every request, retries and read-backs included.
-func newHTTPClient(base *http.Client, rate float64) *http.Client {
+// Transport wrapped, not modified) or a keep-alive one, wrapped by the
+// target's own transport (S3's signer) where it has one, with the rate
+// limit applied to every request, retries and read-backs included. rate 0
+// is the target's default; a negative rate is unlimited.
+func newHTTPClient(base *http.Client, d driver, rate float64) *http.Client {
 	hc := copyOrDefault(base)
 	rt := hc.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	hc.Transport = &sharedTransport{next: rt, limiter: backoff.NewLimiter(rate)}
+	if w, ok := d.(transportWrapper); ok {
+		rt = w.wrapTransport(rt)
+	}
+	if r, ok := d.(rateSetter); ok && rate == 0 {
+		rate = r.defaultRate()
+	}
+	hc.Transport = &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0))}
 	return hc
 }
 

@@ -40,7 +40,7 @@ func TestAFailedRequestKeepsTheOthersConnections(t *testing.T) {
 	defer srv.Close()
 
 	const workers = 8
-	c, err := New(Config{Endpoint: srv.URL, Store: openStore(t), Retry: backoff.Policy{MaxAttempts: 1}})
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: backoff.Policy{MaxAttempts: 1}})
 	require.NoError(t, err)
 	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
 		for i := range 2000 {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/depositkit/deposit/internal/protocol"
 	"io"
 	"maps"
 	"mime"
@@ -26,9 +27,9 @@ type Protocol string
 // The protocols of the deposit design.
 const (
 	// ProtocolPut is the conditional PUT: PUT /{key} with If-None-Match: *.
-	ProtocolPut Protocol = "put"
+	ProtocolPut Protocol = protocol.Put
 	// ProtocolIdempotencyKey is POST with an Idempotency-Key header (IETF draft, IRI API).
-	ProtocolIdempotencyKey Protocol = "idempotency-key"
+	ProtocolIdempotencyKey Protocol = protocol.IdempotencyKey
 )
 
 // ErrConfig is wrapped by the errors NewHandler and NewServer return for a Config

@@ -486,6 +486,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{"no input", []string{"run", "--endpoint", "http://127.0.0.1:1"}, "no input"},
 		{"unknown flag", []string{"run", "--endpont", "x", input}, "flag provided but not defined"},
 		{"bad header", []string{"run", "--endpoint", "http://127.0.0.1:1", "--header", "Authorization Bearer hunter2", input}, "Name: value"},
+		{"a header the target sets for exactly-once", []string{"run", "--endpoint", "http://127.0.0.1:1", "--db", filepath.Join(dir, "h1.db"), "--header", "If-None-Match: x", input}, "If-None-Match"},
+		{"an Idempotency-Key of the caller's", []string{"run", "--endpoint", "http://127.0.0.1:1", "--db", filepath.Join(dir, "h2.db"), "--protocol", "idempotency-key", "--header", "idempotency-key: \"k\"", input}, "Idempotency-Key"},
 		{"bad protocol", []string{"run", "--endpoint", "http://127.0.0.1:1", "--protocol", "post", input}, "--protocol"},
 		{"bad form", []string{"run", "--endpoint", "http://127.0.0.1:1", "--form", "xml", input}, "--form"},
 		{"bad pointer", []string{"run", "--endpoint", "http://127.0.0.1:1", "--db", filepath.Join(dir, "d.db"), "--ignore", "updated", input}, "updated"},

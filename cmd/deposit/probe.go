@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 // probeOptions are the flags of `deposit probe`.
@@ -65,7 +66,7 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	if o.endpoint == "" {
 		return c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
 	}
-	proto, err := client.ParseProtocol(o.protocol)
+	proto, err := protocol.Parse(o.protocol)
 	if err != nil {
 		return c.usageError(s, "--protocol: %v", err)
 	}
@@ -73,16 +74,19 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	if err != nil {
 		return c.usageError(s, "%v", err)
 	}
-	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" {
+	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" && proto != protocol.S3 {
 		header.Set("Authorization", auth)
 	}
-	cfg := client.Config{Endpoint: o.endpoint, Protocol: proto, Header: header}
-	if proto == client.ProtocolS3 {
-		if cfg.AWS, err = awsCredentials(s.getenv); err != nil {
-			return c.usageError(s, "%v", err)
-		}
+	switch proto {
+	case protocol.Put, protocol.WebDAV, protocol.S3, protocol.CouchDB:
+	default:
+		return c.usageError(s, "--protocol %s has no conditional create to probe: use put, webdav, s3 or couchdb", proto)
 	}
-	p, err := client.NewProbe(cfg)
+	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint}, s.getenv)
+	if err != nil {
+		return c.usageError(s, "%v", err)
+	}
+	p, err := client.NewProbe(client.Config{Target: target, Header: header})
 	if err != nil {
 		return c.usageError(s, "%v", err)
 	}
@@ -108,7 +112,7 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	code = exitStop
 	switch {
 	case err != nil:
-		fmt.Fprintf(s.stderr, "deposit probe: %v\n", err)
+		fmt.Fprintf(s.stderr, "deposit probe: %s\n", withHint(oneLine(err), err, proto))
 		if errors.Is(err, client.ErrUnresolved) {
 			fmt.Fprintf(s.stderr, "The probe could not tell whether this endpoint refuses a second create.\n")
 		}
@@ -138,22 +142,4 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 // statusLine is "201 Created".
 func statusLine(status int) string {
 	return fmt.Sprintf("%d %s", status, http.StatusText(status))
-}
-
-// awsCredentials reads the S3 signing credentials from the usual AWS
-// environment variables. The region defaults to us-east-1.
-func awsCredentials(getenv func(string) string) (*client.AWSCredentials, error) {
-	aws := &client.AWSCredentials{
-		AccessKeyID:     getenv("AWS_ACCESS_KEY_ID"),
-		SecretAccessKey: getenv("AWS_SECRET_ACCESS_KEY"),
-		SessionToken:    getenv("AWS_SESSION_TOKEN"),
-		Region:          getenv("AWS_REGION"),
-	}
-	if aws.Region == "" {
-		aws.Region = getenv("AWS_DEFAULT_REGION")
-	}
-	if aws.AccessKeyID == "" || aws.SecretAccessKey == "" {
-		return nil, errors.New("--protocol s3 needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
-	}
-	return aws, nil
 }

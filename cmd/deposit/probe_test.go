@@ -90,7 +90,7 @@ func TestProbeAgainstRealServers(t *testing.T) {
 		r := probe(t, nil, "--endpoint", peertest.Apache(t)+"/missing", "--protocol", "webdav", "--yes")
 		require.Equal(t, exitStop, r.code)
 		require.Contains(t, r.stdout, "first write:  409 Conflict")
-		require.Contains(t, r.stderr, "/missing/ does not exist: create it or fix --endpoint")
+		require.Contains(t, r.stderr, "/missing/ does not exist (create it, or fix --endpoint)")
 	})
 
 	t.Run("a wrong AWS secret is explained", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 // runOptions are the flags of `deposit run`.
@@ -163,18 +164,17 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if o.endpoint == "" {
 		o.endpoint = s.getenv("DEPOSIT_ENDPOINT")
 	}
-	proto, err := client.ParseProtocol(o.protocol)
+	proto, err := protocol.Parse(o.protocol)
 	if err != nil {
 		return none, c.usageError(s, "--protocol: %v", err)
 	}
-	if o.endpoint == "" && proto != client.ProtocolDataCite { // datacite: the client's test system
+	if o.endpoint == "" && proto != protocol.DataCite { // datacite: the client's test system
 		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
 	}
-	var aws *client.AWSCredentials
-	if proto == client.ProtocolS3 {
-		if aws, err = awsCredentials(s.getenv); err != nil {
-			return none, c.usageError(s, "%v", err)
-		}
+	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent}, s.getenv)
+	if err != nil {
+		return none, c.usageError(s, "%v", err)
 	}
 	form, err := canonical.ParseForm(o.form)
 	if err != nil {
@@ -187,10 +187,10 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
-	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" {
+	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" && proto != protocol.S3 {
 		header.Set("Authorization", auth)
 	}
-	if proto == client.ProtocolDataCite && header.Get("Authorization") == "" {
+	if proto == protocol.DataCite && header.Get("Authorization") == "" {
 		id, password := s.getenv("DATACITE_REPOSITORY_ID"), s.getenv("DATACITE_PASSWORD")
 		if id == "" || password == "" {
 			return none, c.usageError(s, "datacite: set DATACITE_REPOSITORY_ID and DATACITE_PASSWORD (the repository's credentials)")
@@ -222,22 +222,16 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	defer prog.stop()
 
 	cl, err := client.New(client.Config{
-		Endpoint:      o.endpoint,
-		Protocol:      proto,
-		Form:          form,
-		Ignore:        o.ignore,
-		IDPointer:     o.idPointer,
-		KeySecret:     []byte(s.getenv("DEPOSIT_KEY_SECRET")),
-		Store:         store,
-		Retry:         backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
-		Rate:          o.rate,
-		Header:        header,
-		AWS:           aws,
-		DOIPrefix:     o.doiPrefix,
-		DataCiteEvent: o.dataciteEvent,
-		RetryFailed:   o.retryFailed,
-		Logger:        slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:         client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
+		Target:      target,
+		Store:       store,
+		Form:        form,
+		Ignore:      o.ignore,
+		Retry:       backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
+		Rate:        o.rate,
+		RetryFailed: o.retryFailed,
+		Header:      header,
+		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
+		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
 	})
 	switch {
 	case errors.Is(err, client.ErrSettingsMismatch):
@@ -247,7 +241,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 			"Different settings give every payload a new key, so each payload would get a second record.\n"+
 			"Run with the settings of the earlier runs, or use another --db for a new batch.\n", oneLine(err), o.db)
 		return none, exitStop
-	case errors.Is(err, client.ErrInvalid):
+	case errors.Is(err, client.ErrConfig):
 		prog.stop()
 		return none, c.usageError(s, "%v", err)
 	case err != nil:
@@ -448,29 +442,20 @@ func explainStore(path string, err error) string {
 
 // explainStop turns the error that stopped a run into a message a user can
 // act on. Credentials and the endpoint's query are never in it.
-func explainStop(err error, proto client.Protocol) string {
+func explainStop(err error, proto string) string {
 	var herr *client.HTTPError
 	if errors.As(err, &herr) {
-		said := ""
+		msg := fmt.Sprintf("%s %s: %d %s", herr.Method, herr.URL, herr.StatusCode, http.StatusText(herr.StatusCode))
 		if herr.Problem != "" {
-			said = fmt.Sprintf(" (the server said: %s)", herr.Problem)
+			msg += fmt.Sprintf(" (the server said: %s)", herr.Problem)
 		}
-		status := fmt.Sprintf("%d %s", herr.StatusCode, http.StatusText(herr.StatusCode))
-		switch herr.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return fmt.Sprintf("the endpoint refused the request with %s%s: check your credentials (--header 'Authorization: ...' or DEPOSIT_AUTHORIZATION)", status, said)
-		case http.StatusNotFound:
-			return fmt.Sprintf("the endpoint answered %s for %s %s%s: check --endpoint (or DEPOSIT_ENDPOINT)", status, herr.Method, herr.URL, said)
-		case http.StatusNotImplemented:
-			if proto == client.ProtocolIdempotencyKey {
-				return fmt.Sprintf("the server answered %s%s: it has no idempotency store, and deposit never falls back to an unprotected POST; use --protocol put if the repository supports conditional PUT", status, said)
-			}
-			return fmt.Sprintf("the server answered %s%s: it does not support this request; try --protocol idempotency-key if the repository supports it", status, said)
+		if h := answerHint(err, proto); h != "" {
+			msg += ": " + h
 		}
-		return fmt.Sprintf("%s%s", status, said)
+		return msg
 	}
 	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Sprintf("the endpoint is unreachable (no answer at all): check --endpoint and the network (%s)", oneLine(err))
+		return fmt.Sprintf("the endpoint is unreachable (%s): check --endpoint and the network", oneLine(err))
 	}
 	return oneLine(err)
 }

@@ -1,0 +1,416 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
+)
+
+// This file is the one place where a deposit's steps are guarded: look up
+// (target, step, key), record the intent, send, classify, reconcile when the
+// answer is ambiguous or "exists", and record the outcome only once the
+// server confirmed it. Targets (target_*.go) only build requests and judge
+// answers; the exchange (exchange.go) sends and waits.
+
+// deposit runs the guarded deposit for one key, sharing the work with
+// concurrent deposits of the same key. drain, when closed, stops retries
+// (the batch is shutting down) without abandoning a request in flight. dir
+// is the base folder of a dataset's files, "" for a record.
+func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+	f, leader := c.flights.join(k.Key)
+	if !leader {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return Result{Key: k.Key}, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
+		}
+		res := f.res
+		res.Requests, res.Retries, res.Recovered = 0, 0, false
+		if f.err == nil {
+			res.Outcome = OutcomeReplayed
+		}
+		return res, f.err
+	}
+	res, err := c.runSteps(ctx, k, dir, drain)
+	c.flights.finish(k.Key, f, res, err)
+	return res, err
+}
+
+// runDeposit is the state of one deposit while its steps run.
+type runDeposit struct {
+	c     *Client
+	key   string
+	drain <-chan struct{}
+	res   Result
+	// primary is the deposit's own row; primaryDone once it is done.
+	primary     *step
+	primaryDone bool
+}
+
+// runSteps resumes a deposit at its first unfinished step. Steps run in
+// order and a step runs only once the earlier ones are confirmed, so a
+// durable step found done means every step before it is finished: those are
+// answered from the store without a request.
+func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}}
+	steps, err := c.target.steps(k, dir)
+	if err != nil {
+		return r.res, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	recs := make([]*dedup.Record, len(steps))
+	start, pi := 0, -1
+	for i := range steps {
+		s := &steps[i]
+		if s.primary {
+			pi, r.primary = i, s
+		}
+		if !s.durable {
+			continue
+		}
+		rec, err := c.lookups.lookup(ctx, s.target, s.key)
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			return r.res, c.storeError(err)
+		default:
+			recs[i] = &rec
+			if rec.State == dedup.StateDone {
+				start = i + 1
+			}
+		}
+	}
+	prior := make([]string, len(steps))
+	for i := range start {
+		if recs[i] != nil {
+			prior[i] = recs[i].Identifier
+		}
+	}
+	if pi < start {
+		r.replay(*recs[pi])
+	}
+	// A recorded failure is answered before anything is sent; with
+	// RetryFailed it is cleared for a deliberate retry.
+	for i := start; i < len(steps); i++ {
+		rec := recs[i]
+		if rec == nil || rec.State != dedup.StateFailed {
+			continue
+		}
+		if !c.retryFailed {
+			return r.res, steps[i].wrap(recordedFailure(*rec))
+		}
+		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
+			return r.res, c.storeError(err)
+		}
+		recs[i] = nil
+	}
+	for i := start; i < len(steps); i++ {
+		if rec := recs[i]; rec != nil && rec.State == dedup.StatePending {
+			r.res.Recovered = true
+			if s := steps[i]; s.retention > 0 && time.Since(rec.CreatedAt) > s.retention {
+				c.log.Warn("resuming an uncertain deposit older than the server's key retention; the server may not recognise its Idempotency-Key and could create a second record",
+					"key", k.Key, "pending_since", rec.CreatedAt, "retention", s.retention)
+			}
+		}
+	}
+	if start == len(steps) {
+		return r.res, nil
+	}
+
+	// The deposit's intent: recorded before its first request, whichever
+	// step sends it.
+	var primaryBody []byte
+	uncertain := make([]bool, len(steps))
+	if !r.primaryDone {
+		rec, err := r.begin(ctx, r.primary, k.Body)
+		if err != nil {
+			return r.res, err
+		}
+		switch rec.State {
+		case dedup.StateDone: // another process settled it meanwhile
+			r.replay(rec)
+			prior[pi], start = rec.Identifier, pi+1
+		case dedup.StateFailed:
+			return r.res, recordedFailure(rec)
+		default:
+			primaryBody = rec.Body
+			uncertain[pi] = rec.Attempts > 1
+		}
+	}
+
+	for i := start; i < len(steps); i++ {
+		s := &steps[i]
+		var body []byte
+		switch {
+		case s.primary:
+			body = primaryBody
+		case s.durable:
+			rec, err := r.begin(ctx, s, nil)
+			if err != nil {
+				return r.res, err
+			}
+			switch rec.State {
+			case dedup.StateDone:
+				prior[i] = rec.Identifier
+				continue
+			case dedup.StateFailed:
+				return r.res, s.wrap(recordedFailure(rec))
+			}
+			body, uncertain[i] = rec.Body, rec.Attempts > 1
+		}
+		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
+		if err != nil {
+			return r.res, s.wrap(err)
+		}
+		prior[i] = id
+	}
+	return r.res, nil
+}
+
+// replay takes the primary step's stored outcome as the deposit's result.
+func (r *runDeposit) replay(rec dedup.Record) {
+	r.primaryDone = true
+	r.res.Identifier, r.res.Outcome, r.res.Status = rec.Identifier, OutcomeReplayed, rec.Status
+}
+
+// begin records the intent of step s: its pending row, holding body when
+// the step keeps the first body sent.
+func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Record, error) {
+	if !s.keepBody {
+		body = nil
+	}
+	rec, err := r.c.store.Begin(ctx, s.target, s.key, body)
+	if err != nil {
+		return rec, r.c.storeError(err)
+	}
+	return rec, nil
+}
+
+// guard sends step s until an answer settles it and records the outcome.
+// kept is the body an earlier attempt recorded (re-sent byte for byte);
+// uncertain says that the store shows an earlier attempt, whose effect a
+// step the server does not arbitrate looks for before sending again. It
+// returns the step's identifier.
+func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []byte, uncertain bool) (string, error) {
+	c := r.c
+	req, err := s.build(prior)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(kept) > 0 {
+		req.body = kept
+	}
+	req.header = c.withUserHeader(req.header)
+
+	x := c.newExchange(r.key, r.drain)
+	defer func() { r.res.Requests += x.requests; r.res.Retries += x.retries }()
+
+	// A step the server does not arbitrate is never sent again before its
+	// check has looked for the effect of an earlier attempt.
+	reconciles := !s.arbitrated && s.check != nil
+	if uncertain && reconciles {
+		f, err := x.runCheck(ctx, s.check, prior, true)
+		if err != nil {
+			return "", r.checkFailed(ctx, s, err)
+		}
+		switch f.kind {
+		case findingPresent:
+			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), 0)
+		case findingForeign:
+			return "", r.fail(ctx, s, f.herr)
+		}
+	}
+	for {
+		var v verdict
+		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) class { v = s.judge(a); return v.class })
+		if err != nil {
+			return "", err
+		}
+		if v.warn != "" {
+			c.warnOnce(v.warn, "status", a.status, "endpoint", redactURL(a.url))
+		}
+		herr := answerError(req.method, a, v.problem)
+		var last error = herr
+		if a.err != nil {
+			last = fmt.Errorf("%s %s: %w", req.method, redactURL(req.url), scrub(a.err))
+		}
+		switch cls {
+		case classCreated:
+			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+
+		case classExists:
+			if v.id != "" || s.check == nil {
+				return r.confirm(ctx, s, OutcomeExisting, cmp.Or(v.id, s.fallback), a.status)
+			}
+			f, err := x.runCheck(ctx, s.check, prior, false)
+			if err != nil {
+				return "", r.checkFailed(ctx, s, err)
+			}
+			if f.kind == findingForeign {
+				return "", r.fail(ctx, s, f.herr)
+			}
+			// A record the server says exists but will not show is still
+			// there: its identifier is the fallback.
+			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), a.status)
+
+		case classConflict, classAmbiguous:
+			// A conflict is "exists" only once the check finds it; an
+			// ambiguous answer to a step the server does not arbitrate is
+			// looked for before the request is sent again. (Arbitrated
+			// ambiguous answers were retried by the exchange.)
+			if cls == classAmbiguous && !reconciles {
+				return "", x.unresolved(last)
+			}
+			f := finding{kind: findingAbsent}
+			if s.check != nil {
+				if f, err = x.runCheck(ctx, s.check, prior, cls == classAmbiguous); err != nil {
+					return "", r.checkFailed(ctx, s, err)
+				}
+			}
+			switch f.kind {
+			case findingPresent:
+				outcome := OutcomeExisting
+				if cls == classAmbiguous {
+					outcome = OutcomeCreated // our own request took effect
+				}
+				return r.confirm(ctx, s, outcome, cmp.Or(f.id, s.fallback), a.status)
+			case findingForeign:
+				return "", r.fail(ctx, s, f.herr)
+			}
+			if cls == classConflict {
+				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
+			}
+			wait, stop := x.mayRetry(ctx, a)
+			if stop != nil {
+				return "", x.unresolved(last)
+			}
+			if err := x.sleep(ctx, wait); err != nil {
+				return "", fmt.Errorf("%w: %w", ErrInterrupted, err)
+			}
+
+		case classTerminal:
+			return "", r.fail(ctx, s, herr)
+
+		case classStop:
+			return "", fmt.Errorf("%w: %w", ErrStopRun, herr)
+
+		case classCanceled:
+			return "", fmt.Errorf("%w: %w", ErrInterrupted, herr)
+
+		default: // retryable, but retrying stopped
+			return "", x.unresolved(last)
+		}
+	}
+}
+
+// checkFailed settles a step whose check failed: a terminal answer (a
+// foreign record at our name) is recorded as failed; anything else leaves
+// the intent pending.
+func (r *runDeposit) checkFailed(ctx context.Context, s *step, err error) error {
+	var herr *HTTPError
+	if errors.Is(err, ErrTerminal) && errors.As(err, &herr) {
+		return r.fail(ctx, s, herr)
+	}
+	return err
+}
+
+// confirm records a confirmed outcome of step s and returns the step's
+// identifier: the first one recorded, should another process have confirmed
+// the step with another. It runs even when ctx has ended: the server has
+// spoken, and forgetting its answer would only cost a request.
+func (r *runDeposit) confirm(ctx context.Context, s *step, outcome Outcome, id string, status int) (string, error) {
+	ctx = context.WithoutCancel(ctx)
+	if s.durable {
+		rec, err := r.c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status})
+		switch {
+		case errors.Is(err, dedup.ErrConflict):
+			r.c.log.Warn("key already confirmed with another identifier; keeping the first",
+				"key", s.key, "first", rec.Identifier, "now", id)
+			id = rec.Identifier
+		case err != nil:
+			return "", r.c.storeError(err)
+		}
+	}
+	if s.primary {
+		r.primaryDone = true
+		r.res.Outcome, r.res.Identifier, r.res.Status = outcome, id, status
+	}
+	return id, nil
+}
+
+// fail records a terminal answer to step s and returns the error for it.
+// The failure is the step's, and the deposit's too while its primary step
+// is not done.
+func (r *runDeposit) fail(ctx context.Context, s *step, herr *HTTPError) error {
+	ctx = context.WithoutCancel(ctx)
+	r.res.Status = herr.StatusCode
+	problem := cmp.Or(herr.Problem, http.StatusText(herr.StatusCode))
+	if s.durable && !s.primary {
+		f := dedup.Failure{Status: herr.StatusCode, Problem: s.label + ": " + problem}
+		if _, err := r.c.store.Fail(ctx, s.target, s.key, f); err != nil && !errors.Is(err, dedup.ErrInvalidTransition) {
+			return r.c.storeError(err)
+		}
+	}
+	if !r.primaryDone {
+		p := r.primary
+		if _, err := r.c.store.Fail(ctx, p.target, p.key, dedup.Failure{Status: herr.StatusCode, Problem: problem}); err != nil {
+			if errors.Is(err, dedup.ErrInvalidTransition) && s.primary {
+				// Another process confirmed the deposit meanwhile: that
+				// stands.
+				if rec, lerr := r.c.store.Lookup(ctx, p.target, p.key); lerr == nil && rec.State == dedup.StateDone {
+					r.replay(rec)
+					return nil
+				}
+			}
+			if !errors.Is(err, dedup.ErrInvalidTransition) {
+				return r.c.storeError(err)
+			}
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrTerminal, herr)
+}
+
+// wrap names a step other than the create in an error it returned.
+func (s *step) wrap(err error) error {
+	if err == nil || s.label == "" {
+		return err
+	}
+	return fmt.Errorf("%s step: %w", s.label, err)
+}
+
+// recordedFailure is the error for a key an earlier run recorded as failed.
+func recordedFailure(rec dedup.Record) error {
+	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): status %d: %s",
+		ErrTerminal, rec.Status, rec.Problem)
+}
+
+func (c *Client) storeError(err error) error {
+	return fmt.Errorf("%w: store: %w", ErrStopRun, err)
+}
+
+// withUserHeader returns h with the caller's headers added. New refused any
+// that would replace a header the target sets for exactly-once, so the
+// target's win only where both name the same harmless header.
+func (c *Client) withUserHeader(h http.Header) http.Header {
+	if h == nil {
+		h = http.Header{}
+	}
+	for name, values := range c.header {
+		if _, set := h[name]; !set {
+			h[name] = values
+		}
+	}
+	return h
+}
+
+// warnOnce logs msg the first time this client meets it.
+func (c *Client) warnOnce(msg string, args ...any) {
+	if _, seen := c.warned.LoadOrStore(msg, true); !seen {
+		c.log.Warn(msg, args...)
+	}
+}

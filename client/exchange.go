@@ -1,0 +1,301 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	neturl "net/url"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/depositkit/deposit/backoff"
+)
+
+// exchange is the retry state of one step: every request it sends, the write
+// and any check, counts against one attempt limit, one elapsed budget and the
+// client's shared retry budget. Every wait between attempts is the
+// exchange's own (sleep), decided by package backoff and ended by the
+// context or the batch's drain; go-retryablehttp sends, rewinds bodies and
+// calls back, but never waits on its own.
+type exchange struct {
+	c        *Client
+	key      string
+	drain    <-chan struct{}
+	start    time.Time
+	requests int
+	retries  int
+	// stopped says why retrying stopped, when it did.
+	stopped error
+	sent    time.Time
+	// spentTimeout records what the last retry cost, for the refund.
+	spentTimeout bool
+}
+
+func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
+	return &exchange{c: c, key: key, drain: drain, start: time.Now()}
+}
+
+// do sends req through go-retryablehttp until judge settles an answer or
+// retrying stops, and returns the last answer and its class. judge sees
+// every answer, its body already read; retryable answers are retried after
+// the exchange's own wait, except ambiguous ones when retryAmbiguous is false
+// (the caller reconciles before sending again). A transport error that ends
+// the exchange is returned as an error wrapping ErrUnresolved or
+// ErrInterrupted.
+func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) class) (answer, class, error) {
+	var (
+		last answer
+		cls  class
+	)
+	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		last = answer{url: req.url, err: err}
+		if resp != nil {
+			last.status, last.header, last.body = resp.StatusCode, resp.Header, readAnswer(resp)
+			resp.Body = http.NoBody // read once, here; the engine keeps the bytes
+			x.c.answered.Store(true)
+		}
+		if err != nil && ctx.Err() != nil {
+			cls = classCanceled
+		} else {
+			cls = judge(last)
+		}
+		x.requestDone(last, req.method)
+		if cls == classCreated || cls == classExists {
+			x.settled()
+		}
+		if !cls.retryable() || (cls == classAmbiguous && !retryAmbiguous) {
+			return false, nil
+		}
+		wait, stop := x.mayRetry(ctx, last)
+		if stop != nil {
+			return false, nil
+		}
+		if err := x.sleep(ctx, wait); err != nil {
+			x.stopped = ErrInterrupted
+			return false, nil
+		}
+		return true, nil
+	}
+	rc := &retryablehttp.Client{
+		HTTPClient:   x.c.http,
+		RetryMax:     math.MaxInt32, // checkRetry decides
+		CheckRetry:   checkRetry,
+		Backoff:      func(_, _ time.Duration, _ int, _ *http.Response) time.Duration { return 0 },
+		ErrorHandler: retryablehttp.PassthroughErrorHandler,
+		RequestLogHook: func(_ retryablehttp.Logger, _ *http.Request, _ int) {
+			x.requests++
+			x.sent = time.Now()
+		},
+	}
+	var raw any
+	switch {
+	case req.open != nil:
+		raw = retryablehttp.ReaderFunc(req.open)
+	case req.body != nil:
+		raw = req.body
+	}
+	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.method, req.url, raw)
+	if err != nil {
+		return last, cls, fmt.Errorf("%w: %w", ErrStopRun, err)
+	}
+	hreq.Header = req.header
+	resp, err := rc.Do(hreq)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	if resp != nil && err == nil {
+		return last, cls, nil
+	}
+	if cls == classAmbiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
+		// A dropped connection to a step that reconciles: the caller looks
+		// for its effect before sending again.
+		return last, cls, nil
+	}
+	if err == nil {
+		err = errors.New("no answer")
+	}
+	switch {
+	case cls == classCanceled || ctx.Err() != nil || errors.Is(x.stopped, ErrInterrupted):
+		return last, classCanceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
+	case x.stopped != nil:
+		return last, cls, fmt.Errorf("%w after %d attempts: %w: %s %s: %w",
+			ErrUnresolved, x.requests, x.stopped, req.method, redactURL(req.url), scrub(err))
+	default:
+		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.method, redactURL(req.url), scrub(err))
+	}
+}
+
+// requestDone reports one request to the OnRequest hook.
+func (x *exchange) requestDone(a answer, method string) {
+	if x.c.hooks.OnRequest == nil {
+		return
+	}
+	x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.status, Err: a.err, Duration: time.Since(x.sent)})
+}
+
+// settled credits the retry budget for an exchange that succeeded.
+func (x *exchange) settled() {
+	if x.retries > 0 {
+		x.c.budget.Refund(x.spentTimeout)
+	} else {
+		x.c.budget.Success()
+	}
+}
+
+// mayRetry decides whether the exchange may send another request after a,
+// and after what wait. Every bound is checked before waiting.
+func (x *exchange) mayRetry(ctx context.Context, a answer) (time.Duration, error) {
+	stop := func(e error) (time.Duration, error) { x.stopped = e; return 0, e }
+	select {
+	case <-x.drain:
+		return stop(ErrInterrupted)
+	default:
+	}
+	var resp *http.Response
+	if a.err == nil {
+		resp = &http.Response{StatusCode: a.status, Header: a.header}
+	}
+	wait, err := x.c.policy.Next(ctx, x.requests, resp, time.Since(x.start), nil)
+	if err != nil {
+		return stop(err)
+	}
+	timeout := a.err != nil && isTimeout(a.err)
+	if berr := x.c.budget.Spend(timeout); berr != nil {
+		return stop(berr)
+	}
+	x.spentTimeout = timeout
+	x.retries++
+	if x.c.hooks.OnRetry != nil {
+		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.status, Err: a.err})
+	}
+	return wait, nil
+}
+
+// sleep is every wait of a deposit: it ends early, with an error, when the
+// context ends or the batch drains.
+func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-x.drain:
+		return ErrInterrupted
+	}
+}
+
+// runCheck runs a step's check: it sends the check's request (retried like
+// any other) and returns what the check found. afterAmbiguous asks for the
+// check's settle time before an "absent" is trusted: a server whose reads
+// lag its writes may not show yet what an ambiguous attempt created.
+func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (finding, error) {
+	req, err := chk.build(prior)
+	if err != nil {
+		return finding{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	req.header = x.c.withUserHeader(req.header)
+	settled := !afterAmbiguous || chk.settle <= 0
+	for {
+		var f finding
+		a, cls, err := x.do(ctx, req, true, func(a answer) class {
+			f = chk.judge(a)
+			if f.kind == findingUnknown {
+				return f.cls
+			}
+			return classCreated // settles the check's own exchange
+		})
+		if err != nil {
+			return f, err
+		}
+		if f.warn != "" {
+			x.c.warnOnce(f.warn, "status", a.status, "endpoint", redactURL(a.url))
+		}
+		herr := answerError(req.method, a, f.problem)
+		switch f.kind {
+		case findingForeign:
+			f.herr = herr
+			return f, nil
+		case findingUnknown:
+			switch {
+			case cls == classStop:
+				return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
+			case cls == classCanceled:
+				return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
+			case x.stopped != nil:
+				return f, fmt.Errorf("%w: read-back after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, herr)
+			default:
+				return f, fmt.Errorf("%w: read-back: %w", ErrUnresolved, herr)
+			}
+		case findingAbsent:
+			if !settled {
+				settled = true
+				if err := x.sleep(ctx, chk.settle); err != nil {
+					return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
+				}
+				continue
+			}
+		}
+		return f, nil
+	}
+}
+
+// unresolved is the error of a step whose retrying stopped at last (an
+// *HTTPError, or what the transport said).
+func (x *exchange) unresolved(last error) error {
+	if x.stopped == nil {
+		return fmt.Errorf("%w: %w", ErrUnresolved, last)
+	}
+	if errors.Is(x.stopped, ErrInterrupted) {
+		return fmt.Errorf("%w: %w", ErrInterrupted, last)
+	}
+	return fmt.Errorf("%w after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, last)
+}
+
+// answerError is an answer as an error. problem, when set, is the step's
+// own explanation; else the body's problem detail.
+func answerError(method string, a answer, problem string) *HTTPError {
+	if problem == "" {
+		problem = problemDetail(a.header, a.body)
+	}
+	e := &HTTPError{Method: method, URL: redactURL(a.url), StatusCode: a.status, Problem: problem}
+	if d, ok := backoff.RetryAfter(a.header, time.Now()); ok {
+		e.RetryAfter = d
+	}
+	return e
+}
+
+// readAnswer reads at most maxAnswerBytes of a response body and closes it.
+func readAnswer(resp *http.Response) []byte {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	// Drain a little more so the connection can be reused.
+	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+	return b
+}
+
+// isTimeout reports whether err is a timeout, which costs more retry budget
+// than other failures (AWS standard retry mode).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+}
+
+// scrub drops the URL from a transport error (a *url.Error carries it with
+// its query string), keeping the cause.
+func scrub(err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

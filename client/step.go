@@ -1,0 +1,148 @@
+package client
+
+import (
+	"io"
+	"net/http"
+	"time"
+)
+
+// A deposit is a sequence of steps (create; upload file P; publish; send an
+// event), which a target returns for each payload. The engine (engine.go)
+// guards every step the same way; a step only says what to send and what an
+// answer means. Nothing in this file sends a request or touches the store.
+
+// step is one write of a deposit.
+type step struct {
+	// label names the step in errors ("publish step"); "" for the write
+	// that creates the record itself.
+	label string
+	// target and key are the store row that guards the step. The deposit's
+	// primary step is stored under the target's own name; other durable
+	// steps under a name of their own, keyed by the deposit key unless
+	// they set key.
+	target, key string
+	// primary marks the step whose outcome and identifier are the
+	// deposit's. Its row is the deposit's intent: it is recorded before the
+	// deposit's first request, whichever step sends it.
+	primary bool
+	// durable steps have a store row: intent before their first request,
+	// done once confirmed, answered from the store on a re-run. A step that
+	// is not durable (an S3 file object, written conditionally) is re-sent
+	// on a re-run unless a later durable step is done; its terminal answer
+	// is recorded as the deposit's failure.
+	durable bool
+	// arbitrated reports that the server itself refuses a second effect of
+	// the same request (a conditional create, an Idempotency-Key), so an
+	// ambiguous answer is retried as it is. Otherwise the step's check runs
+	// before the request is sent again, and before it is sent at all when
+	// the store shows an earlier attempt.
+	arbitrated bool
+	// keepBody keeps the exact bytes first sent in the intent row, and
+	// every later attempt, after a restart too, re-sends those bytes.
+	keepBody bool
+	// retention, when set, is how long the server remembers a request;
+	// resuming an uncertain step older than that is logged as a warning.
+	retention time.Duration
+
+	// build returns the request; prior holds the identifiers of the
+	// deposit's earlier steps, in order ("" for a step that has none).
+	build func(prior []string) (request, error)
+	// judge classifies an answer to the request. It must be a pure
+	// function of the answer.
+	judge func(answer) verdict
+	// check, when set, finds out whether the step took effect: after an
+	// "exists" answer without an identifier, a conflict, or, for a step
+	// the server does not arbitrate, an ambiguous answer.
+	check *check
+	// fallback is the identifier of a step whose answers name none (the
+	// record URL).
+	fallback string
+}
+
+// request is one HTTP request a step or a check sends.
+type request struct {
+	method, url string
+	header      http.Header
+	// body is sent as it is; open, when set instead, streams a body afresh
+	// for every attempt (a file), size bytes long.
+	body []byte
+	open func() (io.Reader, error)
+	size int64
+}
+
+// answer is what came back for one request: a response (its body read, at
+// most maxAnswerBytes) or a transport error.
+type answer struct {
+	url    string // of the request, for resolving Location
+	status int
+	header http.Header
+	body   []byte
+	err    error
+}
+
+// class is what an answer means for a step, per the protocol table.
+type class int
+
+const (
+	classCreated   class = iota // the request took effect
+	classExists                 // the server says it had taken effect already
+	classConflict               // exists only if the step's check finds it
+	classRetry                  // it did not happen (429, 503, in flight): retry
+	classAmbiguous              // it may have happened (5xx, timeout, dropped)
+	classTerminal               // refused for good: record the failure
+	classStop                   // concerns every item: stop the run
+	classCanceled               // our own context ended
+)
+
+func (c class) retryable() bool { return c == classRetry || c == classAmbiguous }
+
+// verdict is a step's judgement of one answer.
+type verdict struct {
+	class class
+	// id is the identifier the answer names, if any.
+	id string
+	// problem, when set, explains the answer better than the body's
+	// problem detail does (a WebDAV 409, an S3 error code).
+	problem string
+	// warn is logged once per client when set: something about the server
+	// the user should know (it may ignore If-None-Match).
+	warn string
+}
+
+// check is how the engine finds out whether a step took effect: a read-back
+// of the record, a search for a marker. It sends its request (retried like
+// any other) and judges the answer; found with nothing found yet may ask to
+// look again after settle, for a server whose reads lag its writes.
+type check struct {
+	build func(prior []string) (request, error)
+	judge func(answer) finding
+	// settle is how long to wait before trusting "absent" after an
+	// ambiguous attempt; 0 trusts the first look.
+	settle time.Duration
+}
+
+// findingKind is what a check found.
+type findingKind int
+
+const (
+	findingPresent findingKind = iota // the step took effect: id names it
+	findingAbsent                     // it did not (or cannot be read: refused)
+	findingForeign                    // something that is not ours holds the name: terminal
+	findingUnknown                    // no usable answer: retry or leave unresolved
+)
+
+// finding is a check's judgement of one answer.
+type finding struct {
+	kind findingKind
+	// id is the identifier of what was found, if the answer names one.
+	id string
+	// problem explains a foreign record or an unusable answer.
+	problem string
+	// warn is logged once per client when set (a read the server refuses).
+	warn string
+	// cls is the class of an answer that settles nothing (findingUnknown):
+	// retryable, or stop.
+	cls class
+	// herr is the answer as an error, filled in by the engine.
+	herr *HTTPError
+}

@@ -1,0 +1,390 @@
+package client
+
+import (
+	"bytes"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/protocol"
+)
+
+// DataCite mints DOIs with DataCite's REST API: POST {Endpoint}/dois with a
+// JSON:API body whose attributes.doi is derived from the key (see [DOI]),
+// so a retry can only ever name the DOI the first attempt named. 201 is
+// created; 422 "This DOI has already been taken" and 409 mean the DOI
+// exists, and it is read back (GET {Endpoint}/dois/{doi}) to check that it
+// carries this deposit's key as a deposit-sha256 alternate identifier, else
+// the deposit fails as a foreign collision; a DOI taken but not readable
+// (404) is never claimed and stays unresolved. The identifier is always the
+// derived DOI, in lower case. 429 is retried; 401, 403 and 404 stop the
+// run; other 422s fail the item with DataCite's messages.
+//
+// The payload is the DOI's attributes object, or a whole JSON:API document
+// {"data":{"type":"dois","attributes":{...}}} whose attributes are used;
+// the key is computed over the payload as given, so keep to one of the two
+// shapes. The client adds attributes.doi and appends
+// {"alternateIdentifier": KEY, "alternateIdentifierType": "deposit-sha256"}
+// to attributes.alternateIdentifiers; a payload whose doi, prefix or suffix
+// disagree with the derived DOI, or which carries another deposit-sha256
+// identifier, is invalid.
+//
+// With an Event, the deposit has a second step: PUT {Endpoint}/dois/{doi}
+// with that event once the DOI exists, recorded in the store under a target
+// of its own, so a re-run sends it for DOIs created earlier but not yet
+// published, and never twice.
+type DataCite struct {
+	// Endpoint is DataCite's API root; default DataCiteTestEndpoint.
+	// Production (DataCiteEndpoint) only when named.
+	Endpoint string
+	// Prefix is the DOI prefix DOIs are minted under, such as 10.5072.
+	// Required. It is part of the store target: another prefix is another
+	// namespace of DOIs.
+	Prefix string
+	// Event is sent once a DOI exists: "publish" (draft to findable),
+	// "register" (draft to registered), or "" for none (DOIs stay drafts
+	// unless the payload names an event).
+	Event string
+}
+
+// DataCite endpoints and rate.
+const (
+	// DataCiteTestEndpoint is DataCite's test system, the default endpoint
+	// under ProtocolDataCite. Its DOIs do not resolve.
+	DataCiteTestEndpoint = "https://api.test.datacite.org"
+	// DataCiteEndpoint is DataCite's production system; DOIs minted there
+	// are permanent. It is used only when named as Config.Endpoint.
+	DataCiteEndpoint = "https://api.datacite.org"
+	// DataCiteRate is the default Config.Rate under ProtocolDataCite, in
+	// requests per second: the test system's published limit of 750
+	// requests per 5 minutes per IP address (production allows 3000).
+	DataCiteRate = 2.5
+)
+
+// dataciteAltType is the alternateIdentifierType under which the key is
+// recorded in the DOI's metadata.
+const dataciteAltType = "deposit-sha256"
+
+// dataciteMediaType is the JSON:API media type DataCite speaks.
+const dataciteMediaType = "application/vnd.api+json"
+
+// dataciteEncoding is RFC 4648 base32, lower case, without padding.
+var dataciteEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// DOI returns the DOI a deposit with key (lowercase hex SHA-256) gets under
+// prefix: prefix + "/dk-" + the lowercase base32 (RFC 4648, no padding) of
+// the key's first 10 bytes, in four groups of four joined by "-", such as
+// "10.5072/dk-abcd-efgh-ijkl-mnop". The rule never changes: a DOI once
+// minted is permanent.
+func DOI(prefix, key string) (string, error) {
+	if err := checkDOIPrefix(prefix); err != nil {
+		return "", err
+	}
+	raw, err := hex.DecodeString(key)
+	if err != nil || len(raw) != 32 {
+		return "", fmt.Errorf("doi: key %q is not a lowercase hex SHA-256", key)
+	}
+	s := dataciteEncoding.EncodeToString(raw[:10])
+	return strings.ToLower(prefix) + "/dk-" + s[0:4] + "-" + s[4:8] + "-" + s[8:12] + "-" + s[12:16], nil
+}
+
+// checkDOIPrefix accepts "10." followed by dot-separated runs of digits.
+func checkDOIPrefix(prefix string) error {
+	rest, ok := strings.CutPrefix(prefix, "10.")
+	valid := ok && rest != ""
+	for _, part := range strings.Split(rest, ".") {
+		if part == "" || strings.Trim(part, "0123456789") != "" {
+			valid = false
+		}
+	}
+	if !valid {
+		return fmt.Errorf("doi prefix %q: want 10. followed by digits, such as 10.5072", prefix)
+	}
+	return nil
+}
+
+type dataciteDriver struct {
+	endpoint string
+	prefix   string // lower case
+	event    string // "", "publish" or "register"
+}
+
+func (t DataCite) driver() (driver, error) {
+	raw := t.Endpoint
+	if strings.TrimSpace(raw) == "" {
+		raw = DataCiteTestEndpoint
+	}
+	ep, err := normalizeEndpoint(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDOIPrefix(t.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: DataCite.Prefix: %w", ErrConfig, err)
+	}
+	switch t.Event {
+	case "", "publish", "register":
+	default:
+		return nil, fmt.Errorf("%w: DataCite.Event %q: want publish, register or empty", ErrConfig, t.Event)
+	}
+	return dataciteDriver{endpoint: ep, prefix: strings.ToLower(t.Prefix), event: t.Event}, nil
+}
+
+func (d dataciteDriver) name() string {
+	return protocol.DataCite + " " + d.endpoint + " " + d.prefix
+}
+
+// eventTarget is the store target of the event step: its own namespace, so
+// a DOI created but not yet published is found by the next run.
+func (d dataciteDriver) eventTarget() string {
+	return protocol.DataCite + "-" + d.event + " " + d.endpoint + " " + d.prefix
+}
+
+func (d dataciteDriver) stepTargets() []string {
+	if d.event == "" {
+		return nil
+	}
+	return []string{d.eventTarget()}
+}
+
+func (d dataciteDriver) secretFingerprint() string { return "" }
+func (d dataciteDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d dataciteDriver) defaultRate() float64      { return DataCiteRate }
+
+// url is {endpoint}/dois[/doi], the endpoint's query kept.
+func (d dataciteDriver) url(doi string) string {
+	base, query, found := strings.Cut(d.endpoint, "?")
+	u := base + "/dois"
+	if doi != "" {
+		u += "/" + doi
+	}
+	if found {
+		u += "?" + query
+	}
+	return u
+}
+
+// steps are the create and, with an event, the event. The create body is
+// built here, so a payload DataCite cannot take is invalid before any
+// intent is recorded.
+func (d dataciteDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	doi, err := DOI(d.prefix, k.Key)
+	if err != nil {
+		return nil, err
+	}
+	body, err := d.createBody(doi, k.Key, k.Body)
+	if err != nil {
+		return nil, err
+	}
+	header := func() http.Header {
+		h := http.Header{}
+		h.Set("Content-Type", dataciteMediaType)
+		h.Set("Accept", dataciteMediaType)
+		return h
+	}
+	doiURL := d.url(doi)
+	create := step{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: func([]string) (request, error) {
+			return request{method: http.MethodPost, url: d.url(""), header: header(), body: body}, nil
+		},
+		judge: func(a answer) verdict {
+			cls := classifyCommon(a)
+			if a.err == nil {
+				switch {
+				case a.status == http.StatusConflict:
+					// Two creators raced and the other won: exists, to be
+					// read back.
+					cls = classConflict
+				case a.status == http.StatusUnprocessableEntity && doiTaken(a.body):
+					// Exists, but perhaps not ours: the read-back decides.
+					// As a conflict, a DOI taken but not readable (another
+					// repository's draft) is never claimed.
+					cls = classConflict
+				}
+			}
+			return verdict{class: cls, id: doi}
+		},
+		check:    readBack(doiURL, nil, func(b []byte) error { return d.ours(k.Key, b) }),
+		fallback: doi,
+	}
+	// The identifier is always the DOI, whatever the read-back says.
+	judgeRead := create.check.judge
+	create.check.judge = func(a answer) finding {
+		f := judgeRead(a)
+		if f.kind == findingPresent {
+			f.id = doi
+		}
+		return f
+	}
+	steps := []step{create}
+	if d.event != "" {
+		event := []byte(`{"data":{"type":"dois","attributes":{"event":"` + d.event + `"}}}`)
+		steps = append(steps, step{
+			label: d.event, target: d.eventTarget(), key: k.Key, durable: true,
+			// Publishing a findable DOI again changes nothing.
+			arbitrated: true,
+			build: func([]string) (request, error) {
+				return request{method: http.MethodPut, url: doiURL, header: header(), body: event}, nil
+			},
+			judge:    func(a answer) verdict { return verdict{class: classifyCommon(a), id: doi} },
+			fallback: doi,
+		})
+	}
+	return steps, nil
+}
+
+// createBody is the JSON:API document of the create: the payload's
+// attributes with the DOI and the key's alternate identifier.
+func (d dataciteDriver) createBody(doi, key string, payload []byte) ([]byte, error) {
+	attrs, err := dataciteAttributes(payload)
+	if err != nil {
+		return nil, err
+	}
+	prefix, suffix, _ := strings.Cut(doi, "/")
+	for name, want := range map[string]string{"doi": doi, "prefix": prefix, "suffix": suffix} {
+		v, present := attrs[name]
+		if !present {
+			continue
+		}
+		if s, ok := v.(string); !ok || !strings.EqualFold(s, want) {
+			return nil, fmt.Errorf("attributes.%s is %v, but this payload's DOI is %s (leave it out: the client sets it)", name, v, doi)
+		}
+		delete(attrs, name)
+	}
+	alt, err := withKeyIdentifier(attrs["alternateIdentifiers"], key)
+	if err != nil {
+		return nil, err
+	}
+	attrs["alternateIdentifiers"] = alt
+	attrs["doi"] = doi
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	doc := map[string]any{"data": map[string]any{"type": "dois", "attributes": attrs}}
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("datacite body: %w", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// dataciteAttributes returns the attributes a payload gives: the payload
+// itself, or the attributes of a JSON:API document.
+func dataciteAttributes(body []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("datacite payload: %w", err)
+	}
+	attrs, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("datacite payload: want a JSON object of DOI attributes")
+	}
+	data, isDoc := attrs["data"].(map[string]any)
+	if !isDoc {
+		return attrs, nil
+	}
+	if len(attrs) != 1 {
+		return nil, errors.New(`datacite payload: a JSON:API document has only "data" at the top level`)
+	}
+	if t, present := data["type"]; present && t != "dois" {
+		return nil, fmt.Errorf(`datacite payload: data.type is %v, want "dois"`, t)
+	}
+	if _, present := data["id"]; present {
+		return nil, errors.New("datacite payload: leave data.id out: the client names the DOI")
+	}
+	inner, ok := data["attributes"].(map[string]any)
+	if !ok {
+		return nil, errors.New("datacite payload: data.attributes must be an object")
+	}
+	return inner, nil
+}
+
+// withKeyIdentifier returns the alternate identifiers with this deposit's
+// key appended, unless they already carry it.
+func withKeyIdentifier(v any, key string) ([]any, error) {
+	var list []any
+	switch v := v.(type) {
+	case nil:
+	case []any:
+		list = v
+	default:
+		return nil, errors.New("datacite payload: alternateIdentifiers must be an array")
+	}
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		if t, _ := m["alternateIdentifierType"].(string); strings.EqualFold(t, dataciteAltType) {
+			if id, _ := m["alternateIdentifier"].(string); id == key {
+				return list, nil
+			}
+			return nil, fmt.Errorf("datacite payload: alternateIdentifiers already has a %s identifier %v, not this payload's key %s", dataciteAltType, m["alternateIdentifier"], key)
+		}
+	}
+	return append(list, map[string]any{"alternateIdentifier": key, "alternateIdentifierType": dataciteAltType}), nil
+}
+
+// doiTaken reports whether a 422 answer says the DOI is already taken.
+func doiTaken(body []byte) bool {
+	var doc struct {
+		Errors []struct {
+			Source string `json:"source"`
+			Title  string `json:"title"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return false
+	}
+	for _, e := range doc.Errors {
+		if e.Source == "doi" && strings.Contains(strings.ToLower(e.Title), "has already been taken") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkExisting accepts a DOI read back only when its metadata carries key
+// as a deposit-sha256 alternate identifier. A read-back cut short by the
+// engine's answer limit is searched as text for the quoted key next to the
+// identifier type (DataCite lists identifiers before the bulky metadata).
+func (d dataciteDriver) ours(key string, answer []byte) error {
+	var doc struct {
+		Data struct {
+			Attributes struct {
+				DOI                  string `json:"doi"`
+				AlternateIdentifiers []struct {
+					ID   string `json:"alternateIdentifier"`
+					Type string `json:"alternateIdentifierType"`
+				} `json:"alternateIdentifiers"`
+				Identifiers []struct {
+					ID   string `json:"identifier"`
+					Type string `json:"identifierType"`
+				} `json:"identifiers"`
+			} `json:"attributes"`
+		} `json:"data"`
+	}
+	doi, _ := DOI(d.prefix, key)
+	foreign := fmt.Errorf("doi %s already exists and is not this deposit's: its metadata has no %s alternate identifier %s (another record holds the name this payload derives; it was not claimed)", doi, dataciteAltType, key)
+	if err := json.Unmarshal(answer, &doc); err != nil {
+		if bytes.Contains(answer, []byte(`"`+key+`"`)) && bytes.Contains(answer, []byte(`"`+dataciteAltType+`"`)) {
+			return nil
+		}
+		return foreign
+	}
+	for _, a := range doc.Data.Attributes.AlternateIdentifiers {
+		if a.ID == key && strings.EqualFold(a.Type, dataciteAltType) {
+			return nil
+		}
+	}
+	for _, a := range doc.Data.Attributes.Identifiers {
+		if a.ID == key && strings.EqualFold(a.Type, dataciteAltType) {
+			return nil
+		}
+	}
+	return foreign
+}

@@ -1,0 +1,361 @@
+package client
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/protocol"
+)
+
+// The storage targets store what they are given and mint nothing: the
+// identifier of a record is its URL, and nothing is read back.
+
+// WebDAV is a WebDAV collection (Apache mod_dav, nginx's dav module, ...):
+// a conditional PUT {Endpoint}/{key} with If-None-Match: *. Unlike [Put], a
+// 409 means the parent collection does not exist (RFC 4918 section 9.7.1),
+// which concerns every item, so the run stops.
+type WebDAV struct {
+	// Endpoint is the collection URL. Required.
+	Endpoint string
+}
+
+// S3 is a bucket of an S3-compatible store: PutObject with If-None-Match: *
+// to {Endpoint}/{key}, path style, signed with AWS Signature V4. 412 means
+// the object exists; the identifier is the object URL. A dataset stores each
+// file as the object {key}/{P}, then the dataset document as {key}.json,
+// written last as the dataset's commit marker and its identifier.
+type S3 struct {
+	// Endpoint is the bucket URL, path style: https://host/bucket. Required.
+	Endpoint string
+	// AWS holds the credentials every request is signed with. Required: the
+	// client never reads the environment.
+	AWS AWSCredentials
+}
+
+// CouchDB is a CouchDB database (or PouchDB Server, Cloudant): PUT
+// {Endpoint}/{key}. A PUT without a revision creates the document or fails
+// with 409, so it is a conditional create by nature; 201 and 202 are
+// created, 409 exists. The payload must be a JSON object without top-level
+// members starting with "_".
+type CouchDB struct {
+	// Endpoint is the database URL. Required.
+	Endpoint string
+}
+
+type webdavDriver struct{ endpoint string }
+
+func (t WebDAV) driver() (driver, error) {
+	ep, err := normalizeEndpoint(t.Endpoint)
+	return webdavDriver{ep}, err
+}
+
+func (d webdavDriver) name() string              { return protocol.WebDAV + " " + d.endpoint }
+func (d webdavDriver) stepTargets() []string     { return nil }
+func (d webdavDriver) secretFingerprint() string { return "" }
+func (d webdavDriver) guards(name string) bool   { return guardsConditional(name) }
+
+func (d webdavDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	url := recordURL(d.endpoint, k.Key)
+	return []step{{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/json")
+			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+		},
+		judge: func(a answer) verdict {
+			if a.err == nil {
+				switch a.status {
+				case http.StatusPreconditionFailed:
+					return verdict{class: classExists}
+				case http.StatusConflict:
+					return verdict{class: classStop, problem: "the collection " + parentCollection(url) + " does not exist"}
+				}
+			}
+			v := verdict{class: classifyCommon(a)}
+			if v.class == classCreated && a.status != http.StatusCreated {
+				v.warn = ignoredConditionWarning
+			}
+			return v
+		},
+		fallback: url,
+	}}, nil
+}
+
+// parentCollection is the URL of the collection a record URL is in.
+func parentCollection(record string) string {
+	dir, _, _ := strings.Cut(record, "?")
+	return redactURL(dir[:strings.LastIndex(dir, "/")+1])
+}
+
+type s3Driver struct {
+	endpoint string
+	creds    AWSCredentials
+}
+
+func (t S3) driver() (driver, error) {
+	ep, err := normalizeEndpoint(t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if t.AWS.AccessKeyID == "" || t.AWS.SecretAccessKey == "" {
+		return nil, fmt.Errorf("%w: S3.AWS needs an access key id and a secret access key", ErrConfig)
+	}
+	return s3Driver{endpoint: ep, creds: t.AWS}, nil
+}
+
+func (d s3Driver) name() string              { return protocol.S3 + " " + d.endpoint }
+func (d s3Driver) stepTargets() []string     { return nil }
+func (d s3Driver) secretFingerprint() string { return "" }
+
+// guards covers the signature too: Authorization and every X-Amz- header
+// are the signer's.
+func (d s3Driver) guards(name string) bool {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return guardsConditional(name) || name == "Authorization" || strings.HasPrefix(name, "X-Amz-")
+}
+
+func (d s3Driver) wrapTransport(next http.RoundTripper) http.RoundTripper {
+	return newSigningTransport(next, d.creds)
+}
+
+// objectURL is the URL of object name in the bucket, its path escaped the
+// way the signature canonicalises it.
+func (d s3Driver) objectURL(name string) string {
+	base, query, found := strings.Cut(d.endpoint, "?")
+	u := base + "/" + awsEscapePath(name)
+	if found {
+		u += "?" + query
+	}
+	return u
+}
+
+// steps is one PutObject of the payload, or for a dataset one per file and
+// then the document, under {key}.json.
+func (d s3Driver) steps(k canonical.Keyed, dir string) ([]step, error) {
+	var steps []step
+	name := k.Key
+	if dir != "" {
+		files, err := datasetFiles(k.Body)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			steps = append(steps, d.fileStep(k.Key, dir, f))
+		}
+		name = k.Key + ".json"
+	}
+	url := d.objectURL(name)
+	sum := sha256.Sum256(k.Body)
+	return append(steps, step{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/json")
+			h.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
+			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+		},
+		judge:    judgeS3,
+		fallback: recordURL(d.endpoint, name),
+	}), nil
+}
+
+// fileStep streams one file of a dataset to the object {key}/{P} with
+// If-None-Match: *. The payload hash signed is the digest the key was
+// computed from, so a file changed since then is refused by the server (400
+// XAmzContentSHA256Mismatch) rather than stored under a key that does not
+// describe it. An object that exists already (412) was written by an
+// earlier attempt at this dataset: its name holds the content key. The step
+// is not durable: S3 arbitrates a re-send, and the document written last
+// says the dataset is complete.
+func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
+	url := d.objectURL(key + "/" + f.Path)
+	file := filepath.Join(dir, filepath.FromSlash(f.Path))
+	return step{
+		arbitrated: true,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/octet-stream")
+			h.Set("X-Amz-Content-Sha256", f.SHA256)
+			open := func() (io.Reader, error) {
+				fh, err := os.Open(file)
+				if err != nil {
+					return nil, err
+				}
+				return sizedFile{fh, f.Size}, nil
+			}
+			return request{method: http.MethodPut, url: url, header: h, open: open}, nil
+		},
+		judge: judgeS3,
+	}
+}
+
+// datasetFile is one entry of a canonical dataset document.
+type datasetFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// datasetFiles reads the file list of a canonical dataset document.
+func datasetFiles(doc []byte) ([]datasetFile, error) {
+	var d struct {
+		Dataset []datasetFile `json:"dataset"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil || len(d.Dataset) == 0 {
+		return nil, errors.New("not a dataset document")
+	}
+	return d.Dataset, nil
+}
+
+// sizedFile is an open file that tells go-retryablehttp its length, so the
+// request carries a Content-Length (S3 refuses chunked uploads without
+// aws-chunked encoding).
+type sizedFile struct {
+	*os.File
+	size int64
+}
+
+func (f sizedFile) Len() int { return int(f.size) }
+
+// s3StopCodes are S3 error codes that concern every request of the run
+// (credentials, signature, clock, region), whatever their status.
+var s3StopCodes = map[string]bool{
+	"AccessDenied":                 true,
+	"AllAccessDisabled":            true,
+	"AuthorizationHeaderMalformed": true,
+	"ExpiredToken":                 true,
+	"InvalidAccessKeyId":           true,
+	"InvalidBucketName":            true,
+	"InvalidBucketState":           true,
+	"InvalidRequest":               true,
+	"InvalidToken":                 true,
+	"MissingSecurityHeader":        true,
+	"NoSuchBucket":                 true,
+	"PermanentRedirect":            true,
+	"RequestTimeTooSkewed":         true,
+	"SignatureDoesNotMatch":        true,
+	"TokenRefreshRequired":         true,
+}
+
+// judgeS3 judges an answer to a PutObject. S3 answers a successful
+// PutObject with 200, so a 200 confirms it and hints at nothing.
+func judgeS3(a answer) verdict {
+	if a.err != nil {
+		return verdict{class: classifyCommon(a)}
+	}
+	switch s := a.status; {
+	case s == http.StatusPreconditionFailed:
+		return verdict{class: classExists}
+	case s < 300:
+		return verdict{class: classifyCommon(a)}
+	case s < 400:
+		// S3 redirects (PermanentRedirect, TemporaryRedirect) name another
+		// region or endpoint: the bucket URL is wrong.
+		_, problem := s3Problem(a.body)
+		return verdict{class: classStop, problem: problem}
+	}
+	code, problem := s3Problem(a.body)
+	v := verdict{class: classifyCommon(a), problem: problem}
+	switch {
+	case code == "ConditionalRequestConflict" || code == "OperationAborted":
+		// A concurrent write of the same key is in progress; its outcome
+		// decides ours, so ask again.
+		v.class = classRetry
+	case code == "SlowDown" || code == "RequestTimeout":
+		v.class = classRetry
+	case s3StopCodes[code]:
+		v.class = classStop
+	}
+	return v
+}
+
+// s3Problem reads an S3 error document: its code, and "Code: Message" as
+// the problem detail ("" when the body is not one).
+func s3Problem(body []byte) (code, problem string) {
+	var e struct {
+		Code    string `xml:"Code"`
+		Message string `xml:"Message"`
+	}
+	if xml.Unmarshal(body, &e) != nil || e.Code == "" {
+		return "", ""
+	}
+	problem = e.Code
+	if e.Message != "" {
+		problem += ": " + e.Message
+	}
+	return e.Code, oneLine(problem)
+}
+
+type couchdbDriver struct{ endpoint string }
+
+func (t CouchDB) driver() (driver, error) {
+	ep, err := normalizeEndpoint(t.Endpoint)
+	return couchdbDriver{ep}, err
+}
+
+func (d couchdbDriver) name() string              { return protocol.CouchDB + " " + d.endpoint }
+func (d couchdbDriver) stepTargets() []string     { return nil }
+func (d couchdbDriver) secretFingerprint() string { return "" }
+func (d couchdbDriver) guards(name string) bool   { return guardsConditional(name) }
+
+func (d couchdbDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	if err := checkCouchDocument(k.Body); err != nil {
+		return nil, err
+	}
+	url := recordURL(d.endpoint, k.Key)
+	return []step{{
+		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: func([]string) (request, error) {
+			h := http.Header{}
+			h.Set("Content-Type", "application/json")
+			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+		},
+		judge: func(a answer) verdict {
+			if a.err == nil {
+				switch a.status {
+				case http.StatusAccepted:
+					// Accepted, not yet on every node.
+					return verdict{class: classCreated}
+				case http.StatusConflict:
+					// {"error":"conflict"}: a document with this id exists.
+					// The id is the content key, so it is ours.
+					return verdict{class: classExists}
+				}
+			}
+			return verdict{class: classifyCommon(a)}
+		},
+		fallback: url,
+	}}, nil
+}
+
+// checkCouchDocument refuses what CouchDB cannot store as a document: a JSON
+// value that is not an object, and top-level members starting with "_",
+// which CouchDB reserves (_id, _rev, _attachments change what a PUT means;
+// others are refused).
+func checkCouchDocument(body []byte) error {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return errors.New("couchdb: a document must be a JSON object")
+	}
+	for name := range doc {
+		if strings.HasPrefix(name, "_") {
+			return fmt.Errorf("couchdb: top-level member %q: names starting with _ are reserved by CouchDB", name)
+		}
+	}
+	return nil
+}

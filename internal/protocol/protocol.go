@@ -1,0 +1,34 @@
+// Package protocol provides the names of the deposit protocols, shared by
+// the client, the command line and the reference server so that the three
+// spell each protocol the same way without the server importing the client
+// it is there to test.
+package protocol
+
+import "fmt"
+
+// The protocol names, as the command line's --protocol takes them and as
+// the store's target names begin.
+const (
+	Put            = "put"
+	IdempotencyKey = "idempotency-key"
+	WebDAV         = "webdav"
+	S3             = "s3"
+	CouchDB        = "couchdb"
+	DataCite       = "datacite"
+)
+
+// Names returns every protocol name, in the order help texts give them.
+func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite} }
+
+// Parse returns the protocol named s; "" is Put.
+func Parse(s string) (string, error) {
+	if s == "" {
+		return Put, nil
+	}
+	for _, n := range Names() {
+		if s == n {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("unknown protocol %q: want put, idempotency-key, webdav, s3, couchdb or datacite", s)
+}
