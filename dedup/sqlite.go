@@ -19,6 +19,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/depositkit/deposit/internal/sqlitefile"
 )
 
 const driverName = "sqlite"
@@ -135,7 +137,7 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dedup: store %s: %w", path, err)
 	}
-	if err := identify(abs); err != nil {
+	if _, err := identify(abs); err != nil {
 		return nil, err
 	}
 	if err := checkWritable(abs); err != nil {
@@ -181,7 +183,7 @@ func isBusy(err error) bool {
 // open opens both pools, migrates the schema and prepares statements.
 func (s *SQLite) open() error {
 	var err error
-	s.wdb, err = sql.Open(driverName, fileDSN(s.path, "_txlock=immediate&"+pragmas))
+	s.wdb, err = sql.Open(driverName, sqlitefile.URI(s.path, "_txlock=immediate&"+pragmas))
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", s.path, err)
 	}
@@ -202,7 +204,7 @@ func (s *SQLite) open() error {
 		return err
 	}
 
-	s.rdb, err = sql.Open(driverName, fileDSN(s.path, pragmas+"&_pragma=query_only(1)"))
+	s.rdb, err = sql.Open(driverName, sqlitefile.URI(s.path, pragmas+"&_pragma=query_only(1)"))
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", s.path, err)
 	}
@@ -241,20 +243,20 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 	var appID int64
-	var version, tables int
+	var version, objects int
 	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
-	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'").Scan(&tables); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&objects); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
 	ms := loadMigrations()
 	from := 0
 	switch {
-	case appID == 0 && tables == 0:
+	case appID == 0 && objects == 0:
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE schema_migrations (
 			version    INTEGER NOT NULL PRIMARY KEY,
 			name       TEXT    NOT NULL,
