@@ -14,6 +14,9 @@
 // SQLite implementation, which several goroutines and several processes may
 // use on one file at once. Concurrent single writes are group-committed: many
 // goroutines calling Begin, Complete or Fail share one transaction.
+//
+// OpenReadOnly returns a Reader, for reports that must never write to the
+// file: it counts and lists records, and creates or migrates nothing.
 package dedup
 
 import (
@@ -117,6 +120,9 @@ var (
 	// ErrNewerSchema: the store was written by a newer version of this
 	// package; it was not changed.
 	ErrNewerSchema = errors.New("dedup: store has a newer schema version")
+	// ErrOlderSchema: OpenReadOnly found a store written by an older version
+	// of this package, which Open would migrate; it was not changed.
+	ErrOlderSchema = errors.New("dedup: store has an older schema version")
 	// ErrInvalidTransition: the call does not apply to the key's state (Fail
 	// of a done key); the record is returned unchanged with this error.
 	ErrInvalidTransition = errors.New("dedup: invalid state transition")

@@ -752,8 +752,16 @@ func (s *SQLite) Count(ctx context.Context, target string) (Counts, error) {
 // memory and never blocks writers; a row written while List runs may or may
 // not be yielded.
 func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2[Record, error] {
+	return list(target, state, s.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
+		return readPage(ctx, s.rdb, q, afterTarget, afterKey)
+	})
+}
+
+// list is List over any database: closed reports whether the store was
+// closed, page reads one page of the query q after the given row.
+func list(target string, state State, closed func() bool, page func(q, afterTarget, afterKey string) ([]Record, error)) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
-		if s.isClosed.Load() {
+		if closed() {
 			yield(Record{}, ErrClosed)
 			return
 		}
@@ -764,20 +772,20 @@ func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2
 		}
 		afterTarget, afterKey := target, ""
 		for {
-			page, err := s.listPage(ctx, q, afterTarget, afterKey)
+			rows, err := page(q, afterTarget, afterKey)
 			if err != nil {
 				yield(Record{}, fmt.Errorf("dedup: list: %w", err))
 				return
 			}
-			for _, r := range page {
+			for _, r := range rows {
 				if !yield(r, nil) {
 					return
 				}
 			}
-			if len(page) < listPage {
+			if len(rows) < listPage {
 				return
 			}
-			afterTarget, afterKey = page[len(page)-1].Target, page[len(page)-1].Key
+			afterTarget, afterKey = rows[len(rows)-1].Target, rows[len(rows)-1].Key
 		}
 	}
 }
@@ -814,8 +822,9 @@ func listQuery(target string, state State) (string, error) {
 	}
 }
 
-func (s *SQLite) listPage(ctx context.Context, q, afterTarget, afterKey string) ([]Record, error) {
-	rows, err := s.rdb.QueryContext(ctx, q, afterTarget, afterKey)
+// readPage reads one page of a List query from db.
+func readPage(ctx context.Context, db *sql.DB, q, afterTarget, afterKey string) ([]Record, error) {
+	rows, err := db.QueryContext(ctx, q, afterTarget, afterKey)
 	if err != nil {
 		return nil, err
 	}
