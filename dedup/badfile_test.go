@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/internal/sqlitefile"
 )
 
 // makeStore creates a deposit store with a few rows at path and closes it.
@@ -62,7 +64,7 @@ func TestBadFilesAreRefusedUntouched(t *testing.T) {
 		{
 			name: "a file shorter than a SQLite header is truncated",
 			make: func(t *testing.T, path string) {
-				require.NoError(t, os.WriteFile(path, []byte(sqliteMagic+"\x10\x00"), 0o644))
+				require.NoError(t, os.WriteFile(path, []byte("SQLite format 3\x00\x10\x00"), 0o644))
 			},
 			wantErr: ErrNotDepositStore,
 			wantMsg: "truncated",
@@ -72,6 +74,14 @@ func TestBadFilesAreRefusedUntouched(t *testing.T) {
 			make:    func(t *testing.T, path string) { makeForeign(t, path) },
 			wantErr: ErrNotDepositStore,
 			wantMsg: "another program's SQLite database (1 tables",
+		},
+		{
+			name: "another program's database with only a view is refused",
+			make: func(t *testing.T, path string) {
+				makeForeign(t, path, "DROP TABLE notes", "CREATE VIEW one AS SELECT 1")
+			},
+			wantErr: ErrNotDepositStore,
+			wantMsg: "another program's SQLite database (0 tables",
 		},
 		{
 			name:    "another program's database with its own application_id is refused",
@@ -212,10 +222,10 @@ func TestEmptyFilesBecomeNewStores(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 
-			h, err := readHeader(path)
+			h, err := sqlitefile.ReadHeader(path)
 			require.NoError(t, err)
-			require.Equal(t, uint32(applicationID), h.applicationID)
-			require.Equal(t, uint32(schemaVersion()), h.userVersion)
+			require.Equal(t, uint32(applicationID), h.ApplicationID)
+			require.Equal(t, schemaVersion(), h.UserVersion)
 		})
 	}
 }

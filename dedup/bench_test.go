@@ -211,3 +211,54 @@ func BenchmarkCompleteGroupCommit8(b *testing.B) {
 	wg.Wait()
 	perSecond(b, b.N, "completes/s")
 }
+
+// BenchmarkCountByTarget counts the 1M-row store per target and state, as
+// deposit status does: in SQL from the indexes, and, as the baseline, by
+// reading every record through List.
+func BenchmarkCountByTarget(b *testing.B) {
+	openBench(b).Close() // built and closed: read as a store no process has open
+	r, err := OpenReadOnly(benchStore.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	want := Counts{Pending: benchRows / 5, Done: benchRows - benchRows/5}
+
+	b.Run("sql", func(b *testing.B) {
+		for b.Loop() {
+			got, err := r.CountByTarget(ctx)
+			if err != nil || len(got) != 1 || got[0].Counts != want {
+				b.Fatal(err, got)
+			}
+		}
+		perSecond(b, b.N*benchRows, "rows/s")
+	})
+	b.Run("list", func(b *testing.B) {
+		for b.Loop() {
+			got := map[string]*Counts{}
+			for rec, err := range r.List(ctx, "", "") {
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := got[rec.Target]
+				if c == nil {
+					c = &Counts{}
+					got[rec.Target] = c
+				}
+				switch rec.State {
+				case StatePending:
+					c.Pending++
+				case StateDone:
+					c.Done++
+				case StateFailed:
+					c.Failed++
+				}
+			}
+			if len(got) != 1 || *got[target] != want {
+				b.Fatal(got)
+			}
+		}
+		perSecond(b, b.N*benchRows, "rows/s")
+	})
+}

@@ -10,16 +10,18 @@
 // confirmation, a done key keeps its first identifier for ever, and a second
 // confirmation with another identifier is reported as ErrConflict.
 //
-// Store is the interface the deposit client depends on; Open returns the
-// SQLite implementation, which several goroutines and several processes may
-// use on one file at once. Concurrent single writes are group-committed: many
-// goroutines calling Begin, Complete or Fail share one transaction.
+// Open returns the SQLite store, which several goroutines and several
+// processes may use on one file at once; its consumers declare the
+// interfaces they need (package client declares client.Store). Concurrent
+// single writes are group-committed: many goroutines calling Begin,
+// Complete or Fail share one transaction.
+//
+// OpenReadOnly returns a Reader, for reports that must never write to the
+// file: it counts and lists records, and creates or migrates nothing.
 package dedup
 
 import (
-	"context"
 	"errors"
-	"iter"
 	"time"
 )
 
@@ -117,6 +119,9 @@ var (
 	// ErrNewerSchema: the store was written by a newer version of this
 	// package; it was not changed.
 	ErrNewerSchema = errors.New("dedup: store has a newer schema version")
+	// ErrOlderSchema: OpenReadOnly found a store written by an older version
+	// of this package, which Open would migrate; it was not changed.
+	ErrOlderSchema = errors.New("dedup: store has an older schema version")
 	// ErrInvalidTransition: the call does not apply to the key's state (Fail
 	// of a done key); the record is returned unchanged with this error.
 	ErrInvalidTransition = errors.New("dedup: invalid state transition")
@@ -126,54 +131,3 @@ var (
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("dedup: store is closed")
 )
-
-// Store is the durable memory the deposit client depends on. Implementations
-// must be safe for concurrent use by multiple goroutines; the SQLite one is
-// also safe for several processes sharing one file.
-//
-// A write that returns an error because its context ended was not applied.
-// Callers recording a server's answer should therefore pass a context that
-// outlives cancellation (context.WithoutCancel), so an interrupted run still
-// records what the server said.
-type Store interface {
-	// CheckSettings records s for target on first use; later calls with
-	// different settings return an error wrapping ErrSettingsMismatch that
-	// names both.
-	CheckSettings(ctx context.Context, target string, s Settings) error
-	// Lookup returns the record of key, or an error wrapping ErrNotFound.
-	Lookup(ctx context.Context, target, key string) (Record, error)
-	// LookupMany returns the records of keys in one query; keys without a
-	// record are absent from the map.
-	LookupMany(ctx context.Context, target string, keys []string) (map[string]Record, error)
-	// Begin records the intent to send a request: it inserts a pending row
-	// with body if the key is absent (attempts 1), or increments the attempts
-	// of a pending row (the first non-nil body wins). It returns the row as
-	// stored after the call; a done or failed row is returned unchanged.
-	Begin(ctx context.Context, target, key string, body []byte) (Record, error)
-	// Complete records a confirmation: an absent, pending or failed key
-	// becomes done. A done key keeps its first result, which is returned; if
-	// the identifier differs, the error wraps ErrConflict.
-	Complete(ctx context.Context, target, key string, c Confirmation) (Record, error)
-	// CompleteMany completes many keys in one transaction. It returns the
-	// record of every key; if any key was already done with another
-	// identifier, it also returns an error wrapping ErrConflict (compare the
-	// identifiers to see which).
-	CompleteMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]Record, error)
-	// Fail records a terminal answer: an absent, pending or failed key
-	// becomes failed. A done key stays done and is returned with an error
-	// wrapping ErrInvalidTransition.
-	Fail(ctx context.Context, target, key string, f Failure) (Record, error)
-	// ResetFailed turns a failed key back into pending, for a deliberate
-	// retry. A pending or done key is left unchanged without error; an absent
-	// key gives an error wrapping ErrNotFound.
-	ResetFailed(ctx context.Context, target, key string) error
-	// Count counts the records of target in each state; target "" counts all
-	// targets.
-	Count(ctx context.Context, target string) (Counts, error)
-	// List yields the records of target ("" for all targets) in the given
-	// state ("" for any), ordered by target and key, without holding them
-	// all in memory. An error ends the sequence.
-	List(ctx context.Context, target string, state State) iter.Seq2[Record, error]
-	// Close waits for queued writes and releases the store.
-	Close() error
-}

@@ -34,6 +34,8 @@ func TestHelperProcess(t *testing.T) {
 		err = crashChild()
 	case "race":
 		err = raceChild()
+	case "hold":
+		err = holdChild()
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/depositkit/deposit/internal/sqlitefile"
 )
 
 const driverName = "sqlite"
@@ -114,8 +116,6 @@ type SQLite struct {
 	writerDone chan struct{}
 }
 
-var _ Store = (*SQLite)(nil)
-
 // Open opens the deposit store at path, creating it if the file is missing
 // or empty. The file is identified read-only first: a file that is not a
 // deposit store (not SQLite, another program's database, truncated or
@@ -135,7 +135,7 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dedup: store %s: %w", path, err)
 	}
-	if err := identify(abs); err != nil {
+	if _, err := identify(abs); err != nil {
 		return nil, err
 	}
 	if err := checkWritable(abs); err != nil {
@@ -181,7 +181,7 @@ func isBusy(err error) bool {
 // open opens both pools, migrates the schema and prepares statements.
 func (s *SQLite) open() error {
 	var err error
-	s.wdb, err = sql.Open(driverName, fileDSN(s.path, "_txlock=immediate&"+pragmas))
+	s.wdb, err = sql.Open(driverName, sqlitefile.URI(s.path, "_txlock=immediate&"+pragmas))
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", s.path, err)
 	}
@@ -202,7 +202,7 @@ func (s *SQLite) open() error {
 		return err
 	}
 
-	s.rdb, err = sql.Open(driverName, fileDSN(s.path, pragmas+"&_pragma=query_only(1)"))
+	s.rdb, err = sql.Open(driverName, sqlitefile.URI(s.path, pragmas+"&_pragma=query_only(1)"))
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", s.path, err)
 	}
@@ -241,20 +241,20 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	}
 	defer tx.Rollback()
 	var appID int64
-	var version, tables int
+	var version, objects int
 	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
-	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table'").Scan(&tables); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema").Scan(&objects); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotDepositStore, s.path, err)
 	}
 	ms := loadMigrations()
 	from := 0
 	switch {
-	case appID == 0 && tables == 0:
+	case appID == 0 && objects == 0:
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE schema_migrations (
 			version    INTEGER NOT NULL PRIMARY KEY,
 			name       TEXT    NOT NULL,
@@ -750,8 +750,16 @@ func (s *SQLite) Count(ctx context.Context, target string) (Counts, error) {
 // memory and never blocks writers; a row written while List runs may or may
 // not be yielded.
 func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2[Record, error] {
+	return list(target, state, s.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
+		return readPage(ctx, s.rdb, q, afterTarget, afterKey)
+	})
+}
+
+// list is List over any database: closed reports whether the store was
+// closed, page reads one page of the query q after the given row.
+func list(target string, state State, closed func() bool, page func(q, afterTarget, afterKey string) ([]Record, error)) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
-		if s.isClosed.Load() {
+		if closed() {
 			yield(Record{}, ErrClosed)
 			return
 		}
@@ -762,20 +770,20 @@ func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2
 		}
 		afterTarget, afterKey := target, ""
 		for {
-			page, err := s.listPage(ctx, q, afterTarget, afterKey)
+			rows, err := page(q, afterTarget, afterKey)
 			if err != nil {
 				yield(Record{}, fmt.Errorf("dedup: list: %w", err))
 				return
 			}
-			for _, r := range page {
+			for _, r := range rows {
 				if !yield(r, nil) {
 					return
 				}
 			}
-			if len(page) < listPage {
+			if len(rows) < listPage {
 				return
 			}
-			afterTarget, afterKey = page[len(page)-1].Target, page[len(page)-1].Key
+			afterTarget, afterKey = rows[len(rows)-1].Target, rows[len(rows)-1].Key
 		}
 	}
 }
@@ -812,8 +820,9 @@ func listQuery(target string, state State) (string, error) {
 	}
 }
 
-func (s *SQLite) listPage(ctx context.Context, q, afterTarget, afterKey string) ([]Record, error) {
-	rows, err := s.rdb.QueryContext(ctx, q, afterTarget, afterKey)
+// readPage reads one page of a List query from db.
+func readPage(ctx context.Context, db *sql.DB, q, afterTarget, afterKey string) ([]Record, error) {
+	rows, err := db.QueryContext(ctx, q, afterTarget, afterKey)
 	if err != nil {
 		return nil, err
 	}

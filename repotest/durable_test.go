@@ -69,7 +69,16 @@ func TestDurableRefusesAFileThatIsNotItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 
-	for _, path := range []string{text, other, stamped} {
+	// Another program's database in WAL mode, closed cleanly: reading it
+	// through SQLite's read-only mode would leave -wal and -shm files.
+	walOther := filepath.Join(dir, "wal-other.db")
+	db, err = sql.Open("sqlite", walOther+"?_pragma=journal_mode(WAL)")
+	require.NoError(t, err)
+	_, err = db.Exec(`CREATE TABLE things (x INTEGER)`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	for _, path := range []string{text, other, stamped, walOther} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			want, err := os.ReadFile(path)
 			require.NoError(t, err)
@@ -78,6 +87,9 @@ func TestDurableRefusesAFileThatIsNotItsOwn(t *testing.T) {
 			got, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.Equal(t, want, got)
+			for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+				require.NoFileExists(t, path+suffix, "nothing is created beside the file")
+			}
 		})
 	}
 }

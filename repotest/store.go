@@ -1,18 +1,15 @@
 package repotest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net/url"
-	"os"
 	"time"
 
 	_ "modernc.org/sqlite" // SQLite driver for Config.DBPath
+
+	"github.com/depositkit/deposit/internal/sqlitefile"
 )
 
 // ErrNotServerStore is returned by NewHandler and NewServer when Config.DBPath names
@@ -39,15 +36,14 @@ type diskStore struct {
 	db *sql.DB
 }
 
-// openDisk opens or creates the store at path. It reads the SQLite header itself
-// before opening, so a file that is not ours is never written to.
+// openDisk opens or creates the store at path. It identifies the file read-only
+// before opening it for writing, so a file that is not ours is never written to.
 func openDisk(path string) (*diskStore, error) {
 	fresh, err := identify(path)
 	if err != nil {
 		return nil, err
 	}
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)"
+	dsn := sqlitefile.URI(path, "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("repotest: open %s: %w", path, err)
@@ -73,44 +69,22 @@ func openDisk(path string) (*diskStore, error) {
 }
 
 // identify reports whether path is a new store (absent, empty, or a SQLite file with
-// no application id and no tables) and refuses anything that is not ours.
+// no application id and an empty schema) and refuses anything that is not ours.
 func identify(path string) (fresh bool, err error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
+	f, err := sqlitefile.Identify(path, applicationID)
+	switch {
+	case errors.Is(err, sqlitefile.ErrNotDatabase):
+		return false, fmt.Errorf("%w: %s is not a SQLite file (%v)", ErrNotServerStore, path, err)
+	case err != nil:
 		return false, fmt.Errorf("repotest: open %s: %w", path, err)
-	}
-	defer f.Close()
-	var hdr [100]byte
-	n, err := io.ReadFull(f, hdr[:])
-	if n == 0 {
+	case f.Blank():
 		return true, nil
-	}
-	if err != nil || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
-		return false, fmt.Errorf("%w: %s is not a SQLite file", ErrNotServerStore, path)
-	}
-	switch id := binary.BigEndian.Uint32(hdr[68:72]); id {
-	case applicationID:
+	case f.ApplicationID == applicationID:
 		return false, nil
-	case 0:
-		// A create that crashed before its transaction committed leaves no tables.
-		db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?mode=ro")
-		if err != nil {
-			return false, fmt.Errorf("repotest: open %s: %w", path, err)
-		}
-		defer db.Close()
-		var tables int
-		if err := db.QueryRow(`SELECT count(*) FROM sqlite_master`).Scan(&tables); err != nil {
-			return false, fmt.Errorf("repotest: read %s: %w", path, err)
-		}
-		if tables > 0 {
-			return false, fmt.Errorf("%w: %s belongs to another program", ErrNotServerStore, path)
-		}
-		return true, nil
+	case f.ApplicationID == 0:
+		return false, fmt.Errorf("%w: %s belongs to another program", ErrNotServerStore, path)
 	default:
-		return false, fmt.Errorf("%w: %s has application id %#x", ErrNotServerStore, path, id)
+		return false, fmt.Errorf("%w: %s has application id %#x", ErrNotServerStore, path, f.ApplicationID)
 	}
 }
 

@@ -436,6 +436,8 @@ func explainStore(path string, err error) string {
 		return fmt.Sprintf("%s is not a deposit store (left untouched): give --db a new file or an existing deposit store (%v)", path, err)
 	case errors.Is(err, dedup.ErrNewerSchema):
 		return fmt.Sprintf("%s was written by a newer version of deposit (left untouched): upgrade deposit (%v)", path, err)
+	case errors.Is(err, dedup.ErrOlderSchema):
+		return fmt.Sprintf("%s was written by an older version of deposit (left untouched): run `deposit run` with this --db once to upgrade it (%v)", path, err)
 	}
 	return fmt.Sprintf("store %s: %v", path, err)
 }

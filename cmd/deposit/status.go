@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 
 	"github.com/depositkit/deposit/dedup"
 )
@@ -14,7 +15,8 @@ import (
 const statusAbout = `Shows what the store remembers: counts by state (per target and in total) and
 every failure with its reason. A target is a protocol plus an endpoint.
 States: done (confirmed by the server), failed (refused for good), pending
-(a request was started and its outcome is unknown: run the batch again).`
+(a request was started and its outcome is unknown: run the batch again).
+Status only reads the store: it never creates, upgrades or changes it.`
 
 const statusNotes = `Output:
   --json           one object: {"total","pending","done","failed","targets":[
@@ -47,16 +49,11 @@ type countsJSON struct {
 	Failed  int    `json:"failed"`
 }
 
-func (c *countsJSON) add(st dedup.State) {
-	c.Total++
-	switch st {
-	case dedup.StatePending:
-		c.Pending++
-	case dedup.StateDone:
-		c.Done++
-	case dedup.StateFailed:
-		c.Failed++
-	}
+func (c *countsJSON) add(n dedup.Counts) {
+	c.Total += n.Pending + n.Done + n.Failed
+	c.Pending += n.Pending
+	c.Done += n.Done
+	c.Failed += n.Failed
 }
 
 func statusCmd(ctx context.Context, args []string, s streams) int {
@@ -84,11 +81,13 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 	default:
 		return c.usageError(s, "--state %q: want pending, done or failed", stateFilter)
 	}
-	if _, err := os.Stat(db); err != nil {
+	// Read-only: a report never creates, migrates or otherwise writes the
+	// store, however old or busy it is.
+	store, err := dedup.OpenReadOnly(db)
+	if errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(s.stderr, "deposit status: no store at %s (%v): nothing was deposited with this --db\n", db, err)
 		return exitStop
 	}
-	store, err := dedup.Open(db)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "deposit status: %s\n", explainStore(db, err))
 		return exitStop
@@ -112,7 +111,7 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 }
 
 // listRows streams every row (of state, if set).
-func listRows(ctx context.Context, store dedup.Store, state dedup.State, asJSON bool, w io.Writer) error {
+func listRows(ctx context.Context, store *dedup.Reader, state dedup.State, asJSON bool, w io.Writer) error {
 	target := ""
 	first := true
 	for rec, err := range store.List(ctx, "", state) {
@@ -157,31 +156,24 @@ func rowOf(rec dedup.Record) rowJSON {
 }
 
 // summarize prints counts per target and in total, then the failures.
-func summarize(ctx context.Context, store dedup.Store, db string, asJSON bool, w io.Writer) error {
-	var (
-		total   countsJSON
-		targets []*countsJSON
-		cur     *countsJSON
-	)
-	for rec, err := range store.List(ctx, "", "") {
-		if err != nil {
-			return err
-		}
-		if cur == nil || cur.Target != rec.Target {
-			cur = &countsJSON{Target: rec.Target}
-			targets = append(targets, cur)
-		}
-		cur.add(rec.State)
-		total.add(rec.State)
+func summarize(ctx context.Context, store *dedup.Reader, db string, asJSON bool, w io.Writer) error {
+	counts, err := store.CountByTarget(ctx)
+	if err != nil {
+		return err
+	}
+	var total countsJSON
+	targets := make([]*countsJSON, 0, len(counts))
+	for _, c := range counts {
+		t := &countsJSON{Target: c.Target}
+		t.add(c.Counts)
+		targets = append(targets, t)
+		total.add(c.Counts)
 	}
 	if asJSON {
 		obj := struct {
 			countsJSON
 			Targets []*countsJSON `json:"targets"`
 		}{total, targets}
-		if obj.Targets == nil {
-			obj.Targets = []*countsJSON{}
-		}
 		b, err := json.Marshal(obj)
 		if err != nil {
 			return err
