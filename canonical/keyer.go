@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/depositkit/deposit/internal/jsonpointer"
 	"io"
 	"os"
 	"path"
@@ -71,26 +72,16 @@ func NewKeyer(form Form, ignore []string) (*Keyer, error) {
 	return k, nil
 }
 
-var unescapeToken = strings.NewReplacer("~1", "/", "~0", "~")
-
-// parsePointer returns the decoded reference tokens of JSON Pointer s.
+// parsePointer returns the decoded reference tokens of JSON Pointer s. The
+// empty pointer is valid JSON Pointer but names the whole payload, which a
+// key cannot leave out.
 func parsePointer(s string) ([]string, error) {
-	switch {
-	case s == "":
+	if s == "" {
 		return nil, fmt.Errorf(`%w "": it names the whole payload, want a pointer such as /updated`, ErrInvalidPointer)
-	case s[0] != '/':
-		return nil, fmt.Errorf("%w %q: want a leading /", ErrInvalidPointer, s)
-	case !utf8.ValidString(s):
-		return nil, fmt.Errorf("%w %q: not valid UTF-8", ErrInvalidPointer, s)
 	}
-	toks := strings.Split(s[1:], "/")
-	for i, t := range toks {
-		for j := 0; j < len(t); j++ {
-			if t[j] == '~' && (j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1')) {
-				return nil, fmt.Errorf("%w %q: ~ must be followed by 0 or 1", ErrInvalidPointer, s)
-			}
-		}
-		toks[i] = unescapeToken.Replace(t)
+	toks, err := jsonpointer.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %v", ErrInvalidPointer, s, err)
 	}
 	return toks, nil
 }
@@ -153,12 +144,8 @@ func (p *parser) resolve(toks []string) (int32, bool) {
 			}
 			cur = next
 		case kindArray:
-			// RFC 6901 indexes: 0 or digits without a leading zero.
-			if t == "" || (len(t) > 1 && t[0] == '0') || strings.TrimLeft(t, "0123456789") != "" {
-				return 0, false
-			}
-			idx, err := strconv.Atoi(t)
-			if err != nil || idx >= int(n.n) {
+			idx, ok := jsonpointer.Index(t)
+			if !ok || idx >= int(n.n) {
 				return 0, false
 			}
 			cur = p.kids[int(n.off)+idx]

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"github.com/depositkit/deposit/internal/jsonpointer"
 	"mime"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -49,39 +49,17 @@ func stringAtPointers(body []byte, pointers []string) (string, bool) {
 		return "", false
 	}
 	for _, p := range pointers {
-		if s, ok := lookupPointer(doc, p).(string); ok && s != "" {
-			return s, true
+		toks, err := jsonpointer.Parse(p)
+		if err != nil {
+			continue
+		}
+		if v, _ := jsonpointer.Get(doc, toks); v != nil {
+			if s, ok := v.(string); ok && s != "" {
+				return s, true
+			}
 		}
 	}
 	return "", false
-}
-
-// lookupPointer resolves a JSON Pointer against a decoded document; nil when
-// the pointer names nothing.
-func lookupPointer(doc any, pointer string) any {
-	if pointer == "" {
-		return doc
-	}
-	if !strings.HasPrefix(pointer, "/") {
-		return nil
-	}
-	cur := doc
-	for _, tok := range strings.Split(pointer[1:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch v := cur.(type) {
-		case map[string]any:
-			cur = v[tok]
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(v) || (len(tok) > 1 && tok[0] == '0') {
-				return nil
-			}
-			cur = v[i]
-		default:
-			return nil
-		}
-	}
-	return cur
 }
 
 // problemDetail summarises an error body in one line: the RFC 9457 title and

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/jsonpointer"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -108,15 +109,19 @@ func (t Put) driver() (driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return putDriver{endpoint: ep, pointers: pointers(t.IDPointer, "/identifier")}, nil
+	ptrs, err := pointers(t.IDPointer, "/identifier")
+	return putDriver{endpoint: ep, pointers: ptrs}, err
 }
 
 // pointers is the user's pointer, else the defaults.
-func pointers(user string, defaults ...string) []string {
-	if user != "" {
-		return []string{user}
+func pointers(user string, defaults ...string) ([]string, error) {
+	if user == "" {
+		return defaults, nil
 	}
-	return defaults
+	if _, err := jsonpointer.Parse(user); err != nil {
+		return nil, fmt.Errorf("%w: IDPointer %q: %v", ErrConfig, user, err)
+	}
+	return []string{user}, nil
 }
 
 func (d putDriver) name() string              { return protocol.Put + " " + d.endpoint }
@@ -212,7 +217,11 @@ func (t IdempotencyKey) driver() (driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := idempotencyKeyDriver{endpoint: ep, pointers: pointers(t.IDPointer, "/id", "/identifier"),
+	ptrs, err := pointers(t.IDPointer, "/id", "/identifier")
+	if err != nil {
+		return nil, err
+	}
+	d := idempotencyKeyDriver{endpoint: ep, pointers: ptrs,
 		secret: append([]byte(nil), t.KeySecret...), retention: t.Retention}
 	if d.retention <= 0 {
 		d.retention = 24 * time.Hour

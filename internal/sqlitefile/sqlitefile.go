@@ -187,19 +187,27 @@ func Identify(path string, own uint32) (File, error) {
 	return f, err
 }
 
-// readSchema reads application_id, user_version and the schema of db into f.
+// readSchema reads application_id, user_version and the schema of db into
+// f, all in one read transaction: read one statement at a time, a store
+// that another process creates in between would show its tables but not yet
+// its application_id.
 func readSchema(db *sql.DB, f *File) error {
 	ctx := context.Background()
-	var appID int64
-	if err := db.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
 		return fmt.Errorf("%w: cannot read it as SQLite: %v", ErrNotDatabase, err)
 	}
-	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&f.UserVersion); err != nil {
+	defer tx.Rollback()
+	var appID int64
+	if err := tx.QueryRowContext(ctx, "PRAGMA application_id").Scan(&appID); err != nil {
+		return fmt.Errorf("%w: cannot read it as SQLite: %v", ErrNotDatabase, err)
+	}
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&f.UserVersion); err != nil {
 		return fmt.Errorf("%w: cannot read it as SQLite: %v", ErrNotDatabase, err)
 	}
 	f.ApplicationID = uint32(appID)
 	f.Tables, f.Objects = nil, 0
-	rows, err := db.QueryContext(ctx, "SELECT type, name FROM sqlite_schema")
+	rows, err := tx.QueryContext(ctx, "SELECT type, name FROM sqlite_schema")
 	if err != nil {
 		return fmt.Errorf("%w: cannot read its schema: %v", ErrNotDatabase, err)
 	}

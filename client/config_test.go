@@ -1,0 +1,54 @@
+package client
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A caller's header that would replace one the target sets for
+// exactly-once is refused by name; other headers pass.
+func TestNewRefusesHeadersTheTargetGuards(t *testing.T) {
+	const ep = "http://127.0.0.1:1/records"
+	tests := []struct {
+		name   string
+		target Target
+		header string
+		refuse bool
+	}{
+		{"put: If-None-Match", Put{Endpoint: ep}, "If-None-Match", true},
+		{"put: if-match in lower case", Put{Endpoint: ep}, "if-match", true},
+		{"put: Authorization passes", Put{Endpoint: ep}, "Authorization", false},
+		{"idempotency-key: Idempotency-Key", IdempotencyKey{Endpoint: ep}, "Idempotency-Key", true},
+		{"webdav: If-None-Match", WebDAV{Endpoint: ep}, "If-None-Match", true},
+		{"couchdb: If-Match (a revision would update)", CouchDB{Endpoint: ep}, "If-Match", true},
+		{"s3: Authorization (the signer's)", targetFor("s3", ep), "Authorization", true},
+		{"s3: X-Amz-Date", targetFor("s3", ep), "x-amz-date", true},
+		{"s3: Content-Language passes", targetFor("s3", ep), "Content-Language", false},
+		{"datacite: Authorization passes", DataCite{Endpoint: ep, Prefix: "10.5072"}, "Authorization", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			h.Set(tt.header, "x")
+			_, err := New(Config{Target: tt.target, Store: openStore(t), Header: h})
+			if !tt.refuse {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, http.CanonicalHeaderKey(tt.header))
+			_, err = NewProbe(Config{Target: tt.target, Header: h})
+			require.Error(t, err)
+		})
+	}
+}
+
+func TestNewRefusesAMalformedIDPointer(t *testing.T) {
+	for _, target := range []Target{Put{Endpoint: "http://127.0.0.1:1", IDPointer: "id"}, IdempotencyKey{Endpoint: "http://127.0.0.1:1", IDPointer: "/a~2"}} {
+		_, err := New(Config{Target: target, Store: openStore(t)})
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, "IDPointer")
+	}
+}
