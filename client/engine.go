@@ -227,17 +227,12 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 	}
 	for {
 		var v verdict
-		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) class { v = s.judge(a); return v.class })
+		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) verdict { v = s.judge(a); return v })
 		if err != nil {
 			return "", err
 		}
 		if v.warn != "" {
 			c.warnOnce(v.warn, "status", a.status, "endpoint", redactURL(a.url))
-		}
-		herr := answerError(req.method, a, v.problem)
-		var last error = herr
-		if a.err != nil {
-			last = fmt.Errorf("%s %s: %w", req.method, redactURL(req.url), scrub(a.err))
 		}
 		switch cls {
 		case classCreated:
@@ -257,7 +252,14 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			// A record the server says exists but will not show is still
 			// there: its identifier is the fallback.
 			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), a.status)
-
+		}
+		// Not a success: the answer, as an error.
+		herr := answerError(req.method, a, v.problem)
+		var last error = herr
+		if a.err != nil {
+			last = fmt.Errorf("%s %s: %w", req.method, redactURL(req.url), scrub(a.err))
+		}
+		switch cls {
 		case classConflict, classAmbiguous:
 			// A conflict is "exists" only once the check finds it; an
 			// ambiguous answer to a step the server does not arbitrate is
@@ -285,7 +287,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			if cls == classConflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}
-			wait, stop := x.mayRetry(ctx, a)
+			wait, stop := x.mayRetry(ctx, a, 0)
 			if stop != nil {
 				return "", x.unresolved(last)
 			}

@@ -29,6 +29,9 @@ type exchange struct {
 	start    time.Time
 	requests int
 	retries  int
+	// inFlight counts the answers that said the request is still in flight
+	// on the server: they spend no attempt and no retry budget.
+	inFlight int
 	// stopped says why retrying stopped, when it did.
 	stopped error
 	sent    time.Time
@@ -47,10 +50,11 @@ func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
 // (the caller reconciles before sending again). A transport error that ends
 // the exchange is returned as an error wrapping ErrUnresolved or
 // ErrInterrupted.
-func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) class) (answer, class, error) {
+func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) verdict) (answer, class, error) {
 	var (
 		last answer
 		cls  class
+		v    verdict
 	)
 	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
 		last = answer{url: req.url, err: err}
@@ -60,9 +64,10 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			x.c.answered.Store(true)
 		}
 		if err != nil && ctx.Err() != nil {
-			cls = classCanceled
+			cls, v = classCanceled, verdict{}
 		} else {
-			cls = judge(last)
+			v = judge(last)
+			cls = v.class
 		}
 		x.requestDone(last, req.method)
 		if cls == classCreated || cls == classExists {
@@ -71,7 +76,7 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		if !cls.retryable() || (cls == classAmbiguous && !retryAmbiguous) {
 			return false, nil
 		}
-		wait, stop := x.mayRetry(ctx, last)
+		wait, stop := x.mayRetry(ctx, last, v.inFlight)
 		if stop != nil {
 			return false, nil
 		}
@@ -148,8 +153,12 @@ func (x *exchange) settled() {
 }
 
 // mayRetry decides whether the exchange may send another request after a,
-// and after what wait. Every bound is checked before waiting.
-func (x *exchange) mayRetry(ctx context.Context, a answer) (time.Duration, error) {
+// and after what wait. Every bound is checked before waiting. inFlight, when
+// set, says the server is still working on this very request: the retry then
+// waits at least that long (unless Retry-After says otherwise) and is bounded
+// by the elapsed limit only, spending no attempt and no retry budget, so a
+// lock held for tens of seconds is waited out.
+func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duration) (time.Duration, error) {
 	stop := func(e error) (time.Duration, error) { x.stopped = e; return 0, e }
 	select {
 	case <-x.drain:
@@ -160,15 +169,29 @@ func (x *exchange) mayRetry(ctx context.Context, a answer) (time.Duration, error
 	if a.err == nil {
 		resp = &http.Response{StatusCode: a.status, Header: a.header}
 	}
-	wait, err := x.c.policy.Next(ctx, x.requests, resp, time.Since(x.start), nil)
+	if inFlight > 0 {
+		x.inFlight++
+	}
+	elapsed := time.Since(x.start)
+	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight, resp, elapsed, nil)
 	if err != nil {
 		return stop(err)
 	}
-	timeout := a.err != nil && isTimeout(a.err)
-	if berr := x.c.budget.Spend(timeout); berr != nil {
-		return stop(berr)
+	if inFlight > 0 {
+		if _, given := backoff.RetryAfter(a.header, time.Now()); !given && wait < inFlight {
+			wait = inFlight
+			if limit := x.c.policy.WithDefaults().MaxElapsed; elapsed+wait > limit {
+				return stop(fmt.Errorf("%w: waiting %v for a request in flight after %v would pass %v",
+					backoff.ErrElapsedExhausted, wait, elapsed.Round(time.Millisecond), limit))
+			}
+		}
+	} else {
+		timeout := a.err != nil && isTimeout(a.err)
+		if berr := x.c.budget.Spend(timeout); berr != nil {
+			return stop(berr)
+		}
+		x.spentTimeout = timeout
 	}
-	x.spentTimeout = timeout
 	x.retries++
 	if x.c.hooks.OnRetry != nil {
 		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.status, Err: a.err})
@@ -207,12 +230,12 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 	settled := !afterAmbiguous || chk.settle <= 0
 	for {
 		var f finding
-		a, cls, err := x.do(ctx, req, true, func(a answer) class {
+		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			f = chk.judge(a)
 			if f.kind == findingUnknown {
-				return f.cls
+				return verdict{class: f.cls}
 			}
-			return classCreated // settles the check's own exchange
+			return verdict{class: classCreated} // settles the check's own exchange
 		})
 		if err != nil {
 			return f, err

@@ -107,6 +107,10 @@ type verdict struct {
 	// warn is logged once per client when set: something about the server
 	// the user should know (it may ignore If-None-Match).
 	warn string
+	// inFlight, for a retryable answer, says the server is still working on
+	// this very request (an Idempotency-Key locked): retry after at least
+	// this long, within the step's time budget rather than its attempts.
+	inFlight time.Duration
 }
 
 // check is how the engine finds out whether a step took effect: a read-back

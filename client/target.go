@@ -97,6 +97,12 @@ type IdempotencyKey struct {
 	// older than this logs a warning: the server may no longer recognise
 	// the key.
 	Retention time.Duration
+	// InFlightWait is the least wait after a 409 (the first request with
+	// this key is still in flight) that carries no Retry-After; default 1 s.
+	// Such retries spend no attempt: they run until the first request
+	// finishes or the retry policy's MaxElapsed is reached, so a server lock
+	// held for tens of seconds (IRI: up to 60 s) is waited out.
+	InFlightWait time.Duration
 }
 
 type putDriver struct {
@@ -210,6 +216,7 @@ type idempotencyKeyDriver struct {
 	pointers  []string
 	secret    []byte
 	retention time.Duration
+	inFlight  time.Duration
 }
 
 func (t IdempotencyKey) driver() (driver, error) {
@@ -222,9 +229,12 @@ func (t IdempotencyKey) driver() (driver, error) {
 		return nil, err
 	}
 	d := idempotencyKeyDriver{endpoint: ep, pointers: ptrs,
-		secret: append([]byte(nil), t.KeySecret...), retention: t.Retention}
+		secret: append([]byte(nil), t.KeySecret...), retention: t.Retention, inFlight: t.InFlightWait}
 	if d.retention <= 0 {
 		d.retention = 24 * time.Hour
+	}
+	if d.inFlight <= 0 {
+		d.inFlight = time.Second
 	}
 	return d, nil
 }
@@ -246,18 +256,18 @@ func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error)
 			return request{method: http.MethodPost, url: d.endpoint, header: h, body: k.Body}, nil
 		},
 		judge: func(a answer) verdict {
-			cls := classifyCommon(a)
+			v := verdict{class: classifyCommon(a)}
 			if a.err == nil {
 				switch {
 				case a.status >= 200 && a.status < 300 && strings.EqualFold(a.header.Get("Idempotency-Key-Reply"), "hit"):
 					// The server replayed the result of an earlier request.
-					cls = classExists
+					v.class = classExists
 				case a.status == http.StatusConflict:
 					// The first request with this key is still in flight.
-					cls = classRetry
+					v.class, v.inFlight = classRetry, d.inFlight
 				}
 			}
-			v := verdict{class: cls}
+			cls := v.class
 			if cls == classCreated || cls == classExists {
 				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record, true)
 			}

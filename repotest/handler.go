@@ -64,6 +64,11 @@ type Config struct {
 	// LockTTL (idempotency-key) is how long a key stays locked while its request
 	// is in flight; the lock is not renewed. 0 means DefaultLockTTL (60s, as IRI).
 	LockTTL time.Duration
+	// LockHold (idempotency-key) is how long a create holds its key's lock
+	// before it commits, as the IRI reference holds it for the length of its
+	// scheduler call: a second request with the key meanwhile is answered 409,
+	// without Retry-After, as IRI answers. 0 commits at once.
+	LockHold time.Duration
 	// ResultTTL (idempotency-key) is how long a completed key is replayed, counted
 	// from its creation; hits do not renew it. 0 means DefaultResultTTL (24h, as IRI).
 	ResultTTL time.Duration
@@ -170,7 +175,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	default:
 		return nil, fmt.Errorf("%w: unknown protocol %q (want put or idempotency-key)", ErrConfig, cfg.Protocol)
 	}
-	if cfg.LockTTL < 0 || cfg.ResultTTL < 0 || cfg.Latency < 0 || cfg.MaxBodyBytes < 0 {
+	if cfg.LockTTL < 0 || cfg.LockHold < 0 || cfg.ResultTTL < 0 || cfg.Latency < 0 || cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("%w: durations and sizes must not be negative", ErrConfig)
 	}
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
@@ -313,7 +318,7 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.beforeCommit != nil {
 		h.cfg.beforeCommit(key)
 	}
-	if !h.inj.delay() {
+	if !h.inj.delay() || !sleep(h.cfg.LockHold, h.inj.done, r.Context().Done()) {
 		problem(w, http.StatusServiceUnavailable, "the server is closing", nil)
 		return
 	}
@@ -447,7 +452,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 	if l, ok := h.locks[cacheKey]; ok && now.Before(l.expires) {
 		h.stats.Conflicts++
 		h.mu.Unlock()
-		problem(w, http.StatusConflict, "a request with this Idempotency-Key is in flight", http.Header{"Retry-After": {"1"}})
+		problem(w, http.StatusConflict, "a request with this Idempotency-Key is in flight", nil)
 		return
 	}
 	h.lockSeq++
@@ -462,7 +467,7 @@ func (h *Handler) servePost(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.beforeCommit != nil {
 		h.cfg.beforeCommit(key)
 	}
-	if !h.inj.delay() {
+	if !h.inj.delay() || !sleep(h.cfg.LockHold, h.inj.done, r.Context().Done()) {
 		h.mu.Lock()
 		release()
 		h.mu.Unlock()

@@ -37,8 +37,9 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		db        string
 		verifyKey bool
 		latency   time.Duration
+		lockHold  time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite] [--faults SPEC] [--seed N] [--db FILE]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
 	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key or datacite")
@@ -47,6 +48,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
 	c.fs.BoolVar(&verifyKey, "verify-key", false, "put: refuse (422) a PUT whose key is not the SHA-256 of its body")
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
+	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code
@@ -57,7 +59,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if _, err := repotest.ParseFaults(faults); err != nil {
 		return c.usageError(s, "--faults: %v", err)
 	}
-	h, err := newRepository(protocol, faults, seed, db, verifyKey, latency, s.getenv)
+	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold}, s.getenv)
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
@@ -111,18 +113,19 @@ type repository interface {
 	counters() string
 }
 
-func newRepository(protocol, faults string, seed int64, db string, verifyKey bool, latency time.Duration, getenv func(string) string) (repository, error) {
+// newRepository returns the repository of protocol; cfg holds the settings
+// shared with the reference server (the DataCite stub takes its faults, seed
+// and latency).
+func newRepository(protocol string, cfg repotest.Config, getenv func(string) string) (repository, error) {
 	if protocol == "datacite" {
 		d, err := repotest.NewDataCite(repotest.DataCiteConfig{
-			Faults: faults, Seed: seed, Latency: latency,
+			Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
 			Username: getenv("DATACITE_REPOSITORY_ID"), Password: getenv("DATACITE_PASSWORD"),
 		})
 		return dataciteRepository{d}, err
 	}
-	h, err := repotest.NewHandler(repotest.Config{
-		Protocol: repotest.Protocol(protocol), Faults: faults, Seed: seed, DBPath: db,
-		VerifyKey: verifyKey, Latency: latency,
-	})
+	cfg.Protocol = repotest.Protocol(protocol)
+	h, err := repotest.NewHandler(cfg)
 	return referenceRepository{h}, err
 }
 
