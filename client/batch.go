@@ -42,8 +42,16 @@ type ItemResult struct {
 
 // BatchOptions tunes Run.
 type BatchOptions struct {
-	// Concurrency is the number of deposits in flight; default 4.
+	// Concurrency is the number of requests in flight at once; default 4.
+	// An item waiting to retry holds no such slot: others are sent
+	// meanwhile.
 	Concurrency int
+	// Waiting bounds the items that may wait for a retry at once, beyond
+	// those in flight; reading items pauses while that many wait, so memory
+	// stays flat. 0 means 32 × Concurrency; a negative Waiting means none:
+	// each item keeps its slot while it waits, and with Concurrency 1 the
+	// items run strictly one after another, in input order.
+	Waiting int
 	// OnResult receives every item's result, in completion order. Calls are
 	// serialised: the callback needs no locking of its own.
 	OnResult func(ItemResult)
@@ -99,10 +107,18 @@ func (s *Summary) add(r ItemResult) {
 // in that case.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
 	start := time.Now()
-	workers := opts.Concurrency
-	if workers <= 0 {
-		workers = 4
+	slots := opts.Concurrency
+	if slots <= 0 {
+		slots = 4
 	}
+	waiting := opts.Waiting
+	switch {
+	case waiting == 0:
+		waiting = 32 * slots
+	case waiting < 0:
+		waiting = 0
+	}
+	workers := slots + waiting
 	grace := opts.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -113,6 +129,9 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	st := &batchStop{drain: make(chan struct{}), grace: grace, cancel: cancelWork}
+	// Requests in flight are bounded in the transport, so that waiting for a
+	// retry takes no slot.
+	work = context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, slots), drain: st.drain})
 	go func() {
 		select {
 		case <-ctx.Done():

@@ -64,7 +64,7 @@ func Example_dataCite() {
 	}
 	for _, run := range []string{"first run", "replay"} {
 		fmt.Println(run + ":")
-		sum, err := c.Run(context.Background(), batch, client.BatchOptions{Concurrency: 1, OnResult: func(r client.ItemResult) {
+		sum, err := c.Run(context.Background(), batch, client.BatchOptions{Concurrency: 1, Waiting: -1, OnResult: func(r client.ItemResult) {
 			fmt.Println(" ", r.Line, r.Outcome, r.Identifier)
 		}})
 		if err != nil {

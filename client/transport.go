@@ -1,7 +1,10 @@
 package client
 
 import (
+	"context"
+	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/depositkit/deposit/backoff"
@@ -56,11 +59,71 @@ type sharedTransport struct {
 }
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	slots, _ := req.Context().Value(slotsKey{}).(*requestSlots)
+	release := func() {}
+	if slots != nil {
+		var err error
+		if release, err = slots.acquire(req.Context()); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
 	if err := t.limiter.Wait(req.Context()); err != nil {
+		release()
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, err
 	}
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+	return resp, nil
+}
+
+// slotsKey is the context key of a batch's requestSlots.
+type slotsKey struct{}
+
+// requestSlots bounds a batch's requests in flight: a request holds a slot
+// from before it is sent until its answer's body is closed, and an item
+// waiting to retry holds none. Once the batch drains, no request gets a
+// slot: the requests in flight finish, and nothing new starts.
+type requestSlots struct {
+	ch    chan struct{}
+	drain <-chan struct{}
+}
+
+// acquire waits for a slot and returns the function that gives it back.
+func (s *requestSlots) acquire(ctx context.Context) (func(), error) {
+	select {
+	case <-s.drain:
+		return nil, ErrInterrupted
+	default:
+	}
+	select {
+	case s.ch <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-s.ch }) }, nil
+	case <-s.drain:
+		return nil, ErrInterrupted
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// releasingBody gives a request's slot back when its body is closed.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
 }

@@ -92,7 +92,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
 	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL) or datacite (DOIs)")
 	fs.StringVar(&o.db, "db", "deposit.db", "dedup store `FILE` (SQLite); created if missing")
-	fs.IntVar(&o.concurrency, "concurrency", 4, "deposits in flight at once")
+	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")

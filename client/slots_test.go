@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/backoff"
+)
+
+// An item waiting out a Retry-After holds no slot: at concurrency 1 the
+// items after it are sent while it waits, and still no two requests are
+// ever in flight at once.
+func TestAnItemWaitingToRetryHoldsNoSlot(t *testing.T) {
+	var (
+		mu          sync.Mutex
+		arrivals    []string
+		inFlight    int
+		maxInFlight int
+		slowSeen    bool
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		arrivals = append(arrivals, name)
+		first := !slowSeen && len(arrivals) == 1
+		slowSeen = slowSeen || first
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // long enough for overlapping requests to show
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t),
+		Retry: backoff.Policy{Base: time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 3, MaxElapsed: time.Minute}})
+	require.NoError(t, err)
+	const n = 6
+	keys := make(map[string]int64)
+	items := func(yield func(Item) bool) {
+		for i := range n {
+			p := fmt.Appendf(nil, `{"n":%d}`, i)
+			k, err := c.Key(p)
+			if err != nil {
+				panic(err)
+			}
+			keys[k.Key] = int64(i + 1)
+			if !yield(Item{Line: int64(i + 1), Payload: p}) {
+				return
+			}
+		}
+	}
+	sum, err := c.Run(context.Background(), items, BatchOptions{Concurrency: 1})
+	require.NoError(t, err)
+	require.Equal(t, n, sum.Created)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, maxInFlight, "concurrency 1 bounds the requests in flight")
+	require.Len(t, arrivals, n+1)
+	lines := make([]int64, len(arrivals))
+	for i, a := range arrivals {
+		lines[i] = keys[a]
+	}
+	require.Equal(t, lines[0], lines[n], "the item that met the 503 was retried last, after the others: %v", lines)
+}
