@@ -97,7 +97,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
-	fs.IntVar(&o.maxAttempts, "max-attempts", 5, "attempts per request, the first included; 1 means no retries")
+	fs.IntVar(&o.maxAttempts, "max-attempts", 10, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", 2*time.Minute, "time budget for retrying one item")
 	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
