@@ -41,6 +41,6 @@
 // Under the idempotency-key protocol, correctness rests on the server's own
 // limits: it holds while the server keeps completed keys (the IRI reference:
 // 24 h) and while its in-flight lock outlives the request (IRI: 60 s, not
-// renewed). Resuming an uncertain item older than Config.Retention logs a
+// renewed). Resuming an uncertain item older than IdempotencyKey.Retention logs a
 // warning that names it.
 package client

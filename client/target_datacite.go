@@ -54,13 +54,13 @@ type DataCite struct {
 
 // DataCite endpoints and rate.
 const (
-	// DataCiteTestEndpoint is DataCite's test system, the default endpoint
-	// under ProtocolDataCite. Its DOIs do not resolve.
+	// DataCiteTestEndpoint is DataCite's test system, the default
+	// DataCite.Endpoint. Its DOIs do not resolve.
 	DataCiteTestEndpoint = "https://api.test.datacite.org"
 	// DataCiteEndpoint is DataCite's production system; DOIs minted there
-	// are permanent. It is used only when named as Config.Endpoint.
+	// are permanent. It is used only when named as DataCite.Endpoint.
 	DataCiteEndpoint = "https://api.datacite.org"
-	// DataCiteRate is the default Config.Rate under ProtocolDataCite, in
+	// DataCiteRate is the default Config.Rate of DataCite, in
 	// requests per second: the test system's published limit of 750
 	// requests per 5 minutes per IP address (production allows 3000).
 	DataCiteRate = 2.5
