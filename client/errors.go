@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -41,8 +42,11 @@ var (
 
 // HTTPError is an answer from the server that was not a success. Retrieve it
 // with errors.As; it unwraps to nothing, the classification (ErrTerminal,
-// ErrStopRun, ErrUnresolved) wraps it.
+// ErrStopRun, ErrUnresolved) wraps it. A failure recorded by an earlier run
+// is reported again as the HTTPError it was, from the store's status and
+// problem.
 type HTTPError struct {
+	// Method and URL are the request's; "" when not known.
 	Method     string
 	URL        string // redacted: no user info, no query
 	StatusCode int
@@ -54,7 +58,10 @@ type HTTPError struct {
 }
 
 func (e *HTTPError) Error() string {
-	msg := fmt.Sprintf("%s %s: %d", e.Method, e.URL, e.StatusCode)
+	msg := strconv.Itoa(e.StatusCode)
+	if req := strings.TrimSpace(e.Method + " " + e.URL); req != "" {
+		msg = req + ": " + msg
+	}
 	text := http.StatusText(e.StatusCode)
 	if text != "" && !strings.HasPrefix(e.Problem, text) {
 		msg += " " + text

@@ -236,6 +236,19 @@ func TestProblemDetailIsKept(t *testing.T) {
 		require.ErrorIs(t, err, ErrTerminal)
 		require.Equal(t, 1, srv.writeCount())
 	})
+	t.Run("a recorded failure keeps its status and problem", func(t *testing.T) {
+		first := herr
+		res, err := c.Deposit(context.Background(), []byte(payload))
+		require.ErrorIs(t, err, ErrTerminal)
+		var replayed *HTTPError
+		require.ErrorAs(t, err, &replayed)
+		require.Equal(t, first.StatusCode, replayed.StatusCode)
+		require.Equal(t, first.Problem, replayed.Problem)
+		require.Equal(t, first.Method, replayed.Method)
+		require.Equal(t, first.URL, replayed.URL)
+		require.Equal(t, 422, res.Status)
+		require.Equal(t, 1, srv.writeCount())
+	})
 	t.Run("RetryFailed sends it again", func(t *testing.T) {
 		c2, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry, RetryFailed: true})
 		require.NoError(t, err)
