@@ -550,3 +550,22 @@ func TestFlagsMayFollowTheInput(t *testing.T) {
 	require.Equal(t, exitDone, r.code, r.stderr)
 	require.Equal(t, 2, summaryOf(t, r.stdout).Created)
 }
+
+func TestRunWarnsOnceAboutAnIDPointerTheAnswersLack(t *testing.T) {
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl", payloads(5)...)
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "deposit.db"),
+		"--id-pointer", "/doi", "--json", input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, 5, summaryOf(t, r.stdout).Created)
+	require.Equal(t, 1, strings.Count(r.stderr, `identifier pointer \"/doi\" names no string`), r.stderr)
+
+	t.Run("a pointer the answers have is no news", func(t *testing.T) {
+		input := writeFile(t, dir, "more.jsonl", `{"title":"more"}`)
+		r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "other.db"),
+			"--id-pointer", "/identifier", "--json", input)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.NotContains(t, r.stderr, "identifier pointer")
+	})
+}
