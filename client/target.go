@@ -108,7 +108,7 @@ type putDriver struct {
 }
 
 func (t Put) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("Put.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ type idempotencyKeyDriver struct {
 }
 
 func (t IdempotencyKey) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("IdempotencyKey.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
