@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -567,5 +568,25 @@ func TestRunWarnsOnceAboutAnIDPointerTheAnswersLack(t *testing.T) {
 			"--id-pointer", "/identifier", "--json", input)
 		require.Equal(t, exitDone, r.code, r.stderr)
 		require.NotContains(t, r.stderr, "identifier pointer")
+	})
+}
+
+func TestVersionPrintsTheModuleAndStoreSchemaVersions(t *testing.T) {
+	want := "(devel)"
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		want = info.Main.Version
+	}
+	require.Positive(t, dedup.SchemaVersion())
+	for _, args := range [][]string{{"--version"}, {"version"}, {"-version"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := deposit(t, nil, args...)
+			require.Equal(t, exitDone, r.code, r.stderr)
+			require.Equal(t, fmt.Sprintf("deposit %s\nstore schema version %d\n", want, dedup.SchemaVersion()), r.stdout)
+			require.Empty(t, r.stderr)
+		})
+	}
+	t.Run("help lists it", func(t *testing.T) {
+		r := deposit(t, nil, "help")
+		require.Contains(t, r.stdout, "deposit version")
 	})
 }
