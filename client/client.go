@@ -241,7 +241,7 @@ func New(cfg Config) (*Client, error) {
 	for _, target := range append([]string{drv.name()}, drv.stepTargets()...) {
 		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
 			if errors.Is(err, dedup.ErrSettingsMismatch) {
-				return nil, fmt.Errorf("%w: %w", ErrSettingsMismatch, err)
+				return nil, mismatchError{store: err}
 			}
 			return nil, fmt.Errorf("client: store: %w", err)
 		}

@@ -40,6 +40,14 @@ var (
 	ErrInterrupted = fmt.Errorf("%w: interrupted", ErrUnresolved)
 )
 
+// mismatchError is the store's settings mismatch (which names the target
+// and both settings) as the client's: it is ErrSettingsMismatch too, but
+// says "key settings differ" once.
+type mismatchError struct{ store error }
+
+func (e mismatchError) Error() string   { return e.store.Error() }
+func (e mismatchError) Unwrap() []error { return []error{ErrSettingsMismatch, e.store} }
+
 // HTTPError is an answer from the server that was not a success. Retrieve it
 // with errors.As; it unwraps to nothing, the classification (ErrTerminal,
 // ErrStopRun, ErrUnresolved) wraps it. A failure recorded by an earlier run

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -345,6 +346,17 @@ func TestSettingsMismatchIsRefusedBeforeAnyRequest(t *testing.T) {
 	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("b")}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
 	require.Equal(t, 0, srv.writeCount())
+}
+
+func TestASettingsMismatchSaysSoOnce(t *testing.T) {
+	store := openStore(t)
+	_, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	require.NoError(t, err)
+	_, err = New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store, Form: "python"})
+	require.ErrorIs(t, err, ErrSettingsMismatch)
+	require.ErrorIs(t, err, dedup.ErrSettingsMismatch, "the store's own error is kept")
+	require.Equal(t, 1, strings.Count(err.Error(), "key settings differ"), err.Error())
+	require.ErrorContains(t, err, "python", "the message names the settings")
 }
 
 func TestInvalidPayloadSendsNothing(t *testing.T) {

@@ -463,6 +463,7 @@ func TestRunRefusesOtherKeySettingsForTheSameTarget(t *testing.T) {
 	require.Equal(t, exitStop, r.code)
 	require.Contains(t, r.stderr, "second record")
 	require.Contains(t, r.stderr, "/updated", "the message names the settings")
+	require.Equal(t, 1, strings.Count(r.stderr, "key settings differ"), r.stderr)
 	require.NotContains(t, r.stderr, "tok3n", "the endpoint's query is never printed")
 	r = deposit(t, nil, "run", "--endpoint", endpoint, "--db", db, "--form", "python", input)
 	require.Equal(t, exitStop, r.code)
@@ -589,4 +590,26 @@ func TestVersionPrintsTheModuleAndStoreSchemaVersions(t *testing.T) {
 		r := deposit(t, nil, "help")
 		require.Contains(t, r.stdout, "deposit version")
 	})
+}
+
+func TestAnUnresolvedLineIsOneShortLine(t *testing.T) {
+	srv := newServer(t, repotest.Config{Faults: "503=1"})
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl", payloads(1)...)
+	results := filepath.Join(dir, "results.jsonl")
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "d.db"), "--max-attempts", "2",
+		"--results", results, input)
+	require.Equal(t, exitUnresolved, r.code, r.stderr)
+	body, err := canonical.JCS([]byte(payloads(1)[0]))
+	require.NoError(t, err)
+	k := canonical.Key(body)
+	require.Contains(t, r.stderr, "line 1: unresolved: "+k[:12]+"… last answer: 503 Service Unavailable: run again (safe)\n")
+	require.NotContains(t, r.stderr, k, "the full key is in --results, not on the terminal")
+	require.Contains(t, r.stderr, "1 item unresolved")
+	require.NotContains(t, r.stderr, "1 items")
+
+	text, err := os.ReadFile(results)
+	require.NoError(t, err)
+	require.Contains(t, string(text), k, "--results keeps the full key")
+	require.Contains(t, string(text), "after 2 attempts", "--results keeps the full error")
 }
