@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,6 +61,23 @@ func stringAtPointers(body []byte, pointers []string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// missedPointer is the warning for an answer whose JSON body names no string
+// at user, the identifier pointer the user chose: the identifier falls back
+// to Location or the record URL, most likely because the pointer is wrong.
+// It is "" when the user chose no pointer (the defaults finding nothing is a
+// server that mints nothing), when the body is not JSON, or when the pointer
+// names a string.
+func missedPointer(user string, body []byte) string {
+	body = bytes.TrimSpace(body)
+	if user == "" || len(body) == 0 || (body[0] != '{' && body[0] != '[') || !json.Valid(body) {
+		return ""
+	}
+	if _, ok := stringAtPointers(body, []string{user}); ok {
+		return ""
+	}
+	return "the identifier pointer " + strconv.Quote(user) + " names no string in the server's answer; identifiers fall back to Location or the record URL"
 }
 
 // problemDetail summarises an error body in one line: the RFC 9457 title and

@@ -110,11 +110,14 @@ const (
 	OutcomeUnresolved Outcome = "unresolved"
 )
 
-// OutcomeOf classifies a deposit error into the outcome a batch reports.
+// OutcomeOf classifies a deposit error into the outcome a batch reports:
+// failed, invalid or unresolved. A nil error is a success whose outcome
+// (created, existing or replayed) only the Result knows; OutcomeOf(nil) is
+// the empty Outcome rather than a guess.
 func OutcomeOf(err error) Outcome {
 	switch {
 	case err == nil:
-		return OutcomeCreated
+		return ""
 	case errors.Is(err, ErrInvalid):
 		return OutcomeInvalid
 	case errors.Is(err, ErrTerminal):
@@ -156,6 +159,12 @@ type Result struct {
 // Client deposits payloads exactly once. It is safe for concurrent use by
 // multiple goroutines; deposits of the same key within one Client never run
 // at the same time (the later ones wait and share the first one's result).
+//
+// A Client holds nothing that needs closing: it starts no goroutine that
+// outlives a call, the Store is the caller's to close, and idle keep-alive
+// connections belong to the HTTP client: Config.HTTPClient's, or the
+// default one's, which closes them after 90 s idle like
+// http.DefaultTransport.
 type Client struct {
 	target      driver
 	keyer       *canonical.Keyer
@@ -232,7 +241,7 @@ func New(cfg Config) (*Client, error) {
 	for _, target := range append([]string{drv.name()}, drv.stepTargets()...) {
 		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
 			if errors.Is(err, dedup.ErrSettingsMismatch) {
-				return nil, fmt.Errorf("%w: %w", ErrSettingsMismatch, err)
+				return nil, mismatchError{store: err}
 			}
 			return nil, fmt.Errorf("client: store: %w", err)
 		}

@@ -52,3 +52,31 @@ func TestNewRefusesAMalformedIDPointer(t *testing.T) {
 		require.ErrorContains(t, err, "IDPointer")
 	}
 }
+
+// A target without an endpoint is told the endpoint is required, by the
+// field's name, not that "" has the wrong scheme.
+func TestNewSaysAMissingEndpointIsRequired(t *testing.T) {
+	for _, tt := range []struct {
+		field  string
+		target Target
+	}{
+		{"Put.Endpoint", Put{}},
+		{"IdempotencyKey.Endpoint", IdempotencyKey{Endpoint: "  "}},
+		{"WebDAV.Endpoint", WebDAV{}},
+		{"S3.Endpoint", S3{AWS: *testAWS}},
+		{"CouchDB.Endpoint", CouchDB{}},
+	} {
+		t.Run(tt.field, func(t *testing.T) {
+			_, err := New(Config{Target: tt.target, Store: openStore(t)})
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tt.field+" is required")
+			require.NotContains(t, err.Error(), "scheme")
+		})
+	}
+}
+
+// A nil error is a success whose outcome (created, existing or replayed)
+// only the Result knows: OutcomeOf does not guess.
+func TestOutcomeOfNilIsNoOutcome(t *testing.T) {
+	require.Equal(t, Outcome(""), OutcomeOf(nil))
+}

@@ -11,6 +11,15 @@ import (
 	"github.com/google/uuid"
 )
 
+// endpointOf returns a target's Endpoint normalised; field names it in the
+// error for a missing one ("Put.Endpoint").
+func endpointOf(field, raw string) (string, error) {
+	if strings.TrimSpace(raw) == "" {
+		return "", fmt.Errorf("%w: %s is required", ErrConfig, field)
+	}
+	return normalizeEndpoint(raw)
+}
+
 // normalizeEndpoint returns the endpoint URL normalised per RFC 3986
 // section 6: scheme and host in lower case, the default port and a trailing
 // slash dropped, percent-encoding normalised (unreserved characters decoded,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
@@ -102,7 +103,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 			continue
 		}
 		if !c.retryFailed {
-			return r.res, steps[i].wrap(recordedFailure(*rec))
+			return r.res, steps[i].wrap(r.recordedFailure(&steps[i], prior[:i], *rec))
 		}
 		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
 			return r.res, c.storeError(err)
@@ -136,7 +137,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 			r.replay(rec)
 			prior[pi], start = rec.Identifier, pi+1
 		case dedup.StateFailed:
-			return r.res, recordedFailure(rec)
+			return r.res, r.recordedFailure(r.primary, prior[:pi], rec)
 		default:
 			primaryBody = rec.Body
 			uncertain[pi] = rec.Attempts > 1
@@ -159,7 +160,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 				prior[i] = rec.Identifier
 				continue
 			case dedup.StateFailed:
-				return r.res, s.wrap(recordedFailure(rec))
+				return r.res, s.wrap(r.recordedFailure(s, prior[:i], rec))
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
@@ -385,10 +386,24 @@ func (s *step) wrap(err error) error {
 	return fmt.Errorf("%s step: %w", s.label, err)
 }
 
-// recordedFailure is the error for a key an earlier run recorded as failed.
-func recordedFailure(rec dedup.Record) error {
-	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): status %d: %s",
-		ErrTerminal, rec.Status, rec.Problem)
+// recordedFailure is the error for step s, which an earlier run recorded as
+// failed in rec: the same shape as when the server refused it (ErrTerminal
+// wrapping an *HTTPError with the recorded status and problem), the
+// deposit's Status the recorded one.
+func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) error {
+	r.res.Status = rec.Status
+	herr := &HTTPError{StatusCode: rec.Status, Problem: rec.Problem}
+	if s.label != "" {
+		herr.Problem = strings.TrimPrefix(herr.Problem, s.label+": ") // s.wrap names the step
+	}
+	if herr.Problem == http.StatusText(rec.Status) {
+		herr.Problem = "" // fail recorded the status text for an answer without one
+	}
+	if req, err := s.build(prior); err == nil {
+		herr.Method, herr.URL = req.method, redactURL(req.url)
+	}
+	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): %w",
+		ErrTerminal, herr)
 }
 
 func (c *Client) storeError(err error) error {

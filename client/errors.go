@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,10 +40,21 @@ var (
 	ErrInterrupted = fmt.Errorf("%w: interrupted", ErrUnresolved)
 )
 
+// mismatchError is the store's settings mismatch (which names the target
+// and both settings) as the client's: it is ErrSettingsMismatch too, but
+// says "key settings differ" once.
+type mismatchError struct{ store error }
+
+func (e mismatchError) Error() string   { return e.store.Error() }
+func (e mismatchError) Unwrap() []error { return []error{ErrSettingsMismatch, e.store} }
+
 // HTTPError is an answer from the server that was not a success. Retrieve it
 // with errors.As; it unwraps to nothing, the classification (ErrTerminal,
-// ErrStopRun, ErrUnresolved) wraps it.
+// ErrStopRun, ErrUnresolved) wraps it. A failure recorded by an earlier run
+// is reported again as the HTTPError it was, from the store's status and
+// problem.
 type HTTPError struct {
+	// Method and URL are the request's; "" when not known.
 	Method     string
 	URL        string // redacted: no user info, no query
 	StatusCode int
@@ -54,7 +66,10 @@ type HTTPError struct {
 }
 
 func (e *HTTPError) Error() string {
-	msg := fmt.Sprintf("%s %s: %d", e.Method, e.URL, e.StatusCode)
+	msg := strconv.Itoa(e.StatusCode)
+	if req := strings.TrimSpace(e.Method + " " + e.URL); req != "" {
+		msg = req + ": " + msg
+	}
 	text := http.StatusText(e.StatusCode)
 	if text != "" && !strings.HasPrefix(e.Problem, text) {
 		msg += " " + text

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,6 +237,19 @@ func TestProblemDetailIsKept(t *testing.T) {
 		require.ErrorIs(t, err, ErrTerminal)
 		require.Equal(t, 1, srv.writeCount())
 	})
+	t.Run("a recorded failure keeps its status and problem", func(t *testing.T) {
+		first := herr
+		res, err := c.Deposit(context.Background(), []byte(payload))
+		require.ErrorIs(t, err, ErrTerminal)
+		var replayed *HTTPError
+		require.ErrorAs(t, err, &replayed)
+		require.Equal(t, first.StatusCode, replayed.StatusCode)
+		require.Equal(t, first.Problem, replayed.Problem)
+		require.Equal(t, first.Method, replayed.Method)
+		require.Equal(t, first.URL, replayed.URL)
+		require.Equal(t, 422, res.Status)
+		require.Equal(t, 1, srv.writeCount())
+	})
 	t.Run("RetryFailed sends it again", func(t *testing.T) {
 		c2, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry, RetryFailed: true})
 		require.NoError(t, err)
@@ -332,6 +346,17 @@ func TestSettingsMismatchIsRefusedBeforeAnyRequest(t *testing.T) {
 	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("b")}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
 	require.Equal(t, 0, srv.writeCount())
+}
+
+func TestASettingsMismatchSaysSoOnce(t *testing.T) {
+	store := openStore(t)
+	_, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	require.NoError(t, err)
+	_, err = New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store, Form: "python"})
+	require.ErrorIs(t, err, ErrSettingsMismatch)
+	require.ErrorIs(t, err, dedup.ErrSettingsMismatch, "the store's own error is kept")
+	require.Equal(t, 1, strings.Count(err.Error(), "key settings differ"), err.Error())
+	require.ErrorContains(t, err, "python", "the message names the settings")
 }
 
 func TestInvalidPayloadSendsNothing(t *testing.T) {

@@ -74,7 +74,8 @@ type Put struct {
 	Endpoint string
 	// IDPointer is the JSON Pointer of the identifier in an answer;
 	// default /identifier. Without one, the identifier is Location, else
-	// the record URL.
+	// the record URL. A pointer set here that names no string in a JSON
+	// answer is logged once as a warning.
 	IDPointer string
 }
 
@@ -108,15 +109,17 @@ type IdempotencyKey struct {
 type putDriver struct {
 	endpoint string
 	pointers []string
+	// userPointer is the IDPointer the user set, "" for the default.
+	userPointer string
 }
 
 func (t Put) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("Put.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
 	ptrs, err := pointers(t.IDPointer, "/identifier")
-	return putDriver{endpoint: ep, pointers: ptrs}, err
+	return putDriver{endpoint: ep, pointers: ptrs, userPointer: t.IDPointer}, err
 }
 
 // pointers is the user's pointer, else the defaults.
@@ -145,21 +148,22 @@ func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			h.Set("Content-Type", "application/json")
 			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
 		},
-		judge:    conditionalJudge(d.pointers, url),
-		check:    readBack(url, d.pointers, nil),
+		judge:    conditionalJudge(d.pointers, d.userPointer, url),
+		check:    readBack(url, d.pointers, d.userPointer, nil),
 		fallback: url,
 	}}, nil
 }
 
 // conditionalJudge judges the answers to a conditional create of a
-// repository that mints identifiers.
-func conditionalJudge(pointers []string, recordURL string) func(answer) verdict {
+// repository that mints identifiers. userPointer is the pointer the user
+// chose, if any: an answer it names nothing in is warned about.
+func conditionalJudge(pointers []string, userPointer, recordURL string) func(answer) verdict {
 	return func(a answer) verdict {
 		if a.err == nil {
 			switch a.status {
 			case http.StatusPreconditionFailed:
 				id, _ := stringAtPointers(a.body, pointers)
-				return verdict{class: classExists, id: id}
+				return verdict{class: classExists, id: id, warn: missedPointer(userPointer, a.body)}
 			case http.StatusConflict:
 				return verdict{class: classConflict}
 			}
@@ -167,6 +171,7 @@ func conditionalJudge(pointers []string, recordURL string) func(answer) verdict 
 		v := verdict{class: classifyCommon(a)}
 		if v.class == classCreated {
 			v.id = identifierFrom(a.body, a.header, pointers, a.url, recordURL, true)
+			v.warn = missedPointer(userPointer, a.body)
 			if a.status != http.StatusCreated {
 				v.warn = ignoredConditionWarning
 			}
@@ -181,8 +186,10 @@ const ignoredConditionWarning = "the server answered a conditional create with a
 
 // readBack is the check that reads a record back at url. ours, when set,
 // refuses a record that is not this deposit's (a foreign record at our
-// name). A read the server refuses (403, 404, 405, 410) finds nothing.
-func readBack(url string, pointers []string, ours func(body []byte) error) *check {
+// name). A read the server refuses (403, 404, 405, 410) finds nothing. A
+// record userPointer (the pointer the user chose, if any) names nothing in
+// is warned about.
+func readBack(url string, pointers []string, userPointer string, ours func(body []byte) error) *check {
 	return &check{
 		build: func([]string) (request, error) {
 			h := http.Header{}
@@ -202,7 +209,8 @@ func readBack(url string, pointers []string, ours func(body []byte) error) *chec
 				}
 				// A read-back that merely echoes the stored payload mints
 				// nothing: the record URL it is.
-				return finding{kind: findingPresent, id: identifierFrom(a.body, a.header, pointers, a.url, url, false)}
+				return finding{kind: findingPresent, id: identifierFrom(a.body, a.header, pointers, a.url, url, false),
+					warn: missedPointer(userPointer, a.body)}
 			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
 				return finding{kind: findingAbsent, warn: "the server refused to read a record back; using record URLs as identifiers"}
 			}
@@ -220,7 +228,7 @@ type idempotencyKeyDriver struct {
 }
 
 func (t IdempotencyKey) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("IdempotencyKey.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}

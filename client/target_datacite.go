@@ -209,7 +209,7 @@ func (d dataciteDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			}
 			return verdict{class: cls, id: doi}
 		},
-		check:    readBack(doiURL, nil, func(b []byte) error { return d.ours(k.Key, b) }),
+		check:    readBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
 		fallback: doi,
 	}
 	// The identifier is always the DOI, whatever the read-back says.

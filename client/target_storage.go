@@ -56,7 +56,7 @@ type CouchDB struct {
 type webdavDriver struct{ endpoint string }
 
 func (t WebDAV) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("WebDAV.Endpoint", t.Endpoint)
 	return webdavDriver{ep}, err
 }
 
@@ -106,7 +106,7 @@ type s3Driver struct {
 }
 
 func (t S3) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("S3.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +304,7 @@ func s3Problem(body []byte) (code, problem string) {
 type couchdbDriver struct{ endpoint string }
 
 func (t CouchDB) driver() (driver, error) {
-	ep, err := normalizeEndpoint(t.Endpoint)
+	ep, err := endpointOf("CouchDB.Endpoint", t.Endpoint)
 	return couchdbDriver{ep}, err
 }
 

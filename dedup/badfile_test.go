@@ -225,7 +225,7 @@ func TestEmptyFilesBecomeNewStores(t *testing.T) {
 			h, err := sqlitefile.ReadHeader(path)
 			require.NoError(t, err)
 			require.Equal(t, uint32(applicationID), h.ApplicationID)
-			require.Equal(t, schemaVersion(), h.UserVersion)
+			require.Equal(t, SchemaVersion(), h.UserVersion)
 		})
 	}
 }
@@ -237,8 +237,8 @@ func TestReopenRecordsMigrationsOnce(t *testing.T) {
 		require.NoError(t, err)
 		var n, version int
 		require.NoError(t, s.rdb.QueryRow("SELECT count(*), max(version) FROM schema_migrations").Scan(&n, &version))
-		require.Equal(t, schemaVersion(), n)
-		require.Equal(t, schemaVersion(), version)
+		require.Equal(t, SchemaVersion(), n)
+		require.Equal(t, SchemaVersion(), version)
 		var mode string
 		require.NoError(t, s.rdb.QueryRow("PRAGMA journal_mode").Scan(&mode))
 		require.Equal(t, "wal", mode)

@@ -33,8 +33,8 @@ func identify(path string) (sqlitefile.File, error) {
 		return f, fmt.Errorf("%w: %s is another program's SQLite database (%d tables, no deposit application_id)", ErrNotDepositStore, path, len(f.Tables))
 	case f.ApplicationID != applicationID:
 		return f, fmt.Errorf("%w: %s is another program's SQLite database (application_id %#x)", ErrNotDepositStore, path, f.ApplicationID)
-	case f.UserVersion > schemaVersion():
-		return f, fmt.Errorf("%w: %s has schema version %d, this program knows up to %d: use a newer deposit", ErrNewerSchema, path, f.UserVersion, schemaVersion())
+	case f.UserVersion > SchemaVersion():
+		return f, fmt.Errorf("%w: %s has schema version %d, this program knows up to %d: use a newer deposit", ErrNewerSchema, path, f.UserVersion, SchemaVersion())
 	case f.UserVersion < 1:
 		return f, fmt.Errorf("%w: %s has the deposit application_id but no schema version", ErrNotDepositStore, path)
 	}

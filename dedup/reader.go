@@ -46,7 +46,7 @@ type TargetCounts struct {
 // package's gives an error wrapping ErrOlderSchema (Open would migrate it).
 // An empty file, which Open would make a new store, reads as a store with no
 // records. Close the Reader when done.
-func OpenReadOnly(path string) (*Reader, error) { return openReadOnly(path, schemaVersion()) }
+func OpenReadOnly(path string) (*Reader, error) { return openReadOnly(path, SchemaVersion()) }
 
 // openReadOnly is OpenReadOnly for a package whose schema version is want,
 // so that tests can open a store as one written by an older version.

@@ -177,9 +177,9 @@ func TestReaderRefusesWhatItCannotRead(t *testing.T) {
 			// the next version of this package will.
 			name:    "a store at an older schema version is refused and not migrated",
 			make:    makeMixed,
-			want:    schemaVersion() + 1,
+			want:    SchemaVersion() + 1,
 			wantErr: ErrOlderSchema,
-			wantMsg: fmt.Sprintf("schema version %d, this program writes %d", schemaVersion(), schemaVersion()+1),
+			wantMsg: fmt.Sprintf("schema version %d, this program writes %d", SchemaVersion(), SchemaVersion()+1),
 		},
 		{
 			name: "a store at a newer schema version is refused",
@@ -188,7 +188,7 @@ func TestReaderRefusesWhatItCannotRead(t *testing.T) {
 				db, err := sql.Open(driverName, path)
 				require.NoError(t, err)
 				defer db.Close()
-				_, err = db.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion()+1))
+				_, err = db.Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion()+1))
 				require.NoError(t, err)
 			},
 			wantErr: ErrNewerSchema,
@@ -218,7 +218,7 @@ func TestReaderRefusesWhatItCannotRead(t *testing.T) {
 			}
 			want := tt.want
 			if want == 0 {
-				want = schemaVersion()
+				want = SchemaVersion()
 			}
 
 			r, err := openReadOnly(path, want)

@@ -74,8 +74,10 @@ var loadMigrations = sync.OnceValue(func() []migration {
 	return ms
 })
 
-// schemaVersion is the schema version this package writes.
-func schemaVersion() int { return len(loadMigrations()) }
+// SchemaVersion is the schema version this package writes: the SQLite
+// user_version of every store it has opened for writing, and the one
+// OpenReadOnly requires.
+func SchemaVersion() int { return len(loadMigrations()) }
 
 // Option configures Open.
 type Option func(*options)

@@ -148,7 +148,7 @@ func TestProgressWritesPlainLinesWhenNotATerminal(t *testing.T) {
 	read.Store(500)
 	p := newProgress(&out, 1000, &read, time.Millisecond)
 	p.add(clientResult("created"))
-	waitUntil(func() bool { return strings.Contains(out.String(), "progress: 1 items: 1 done") })
+	waitUntil(func() bool { return strings.Contains(out.String(), "progress: 1 item: 1 done") })
 	p.stop()
 	text := out.String()
 	require.NotContains(t, text, "\r", "no bar on a log")

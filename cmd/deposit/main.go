@@ -10,6 +10,7 @@
 //	deposit serve   [--addr HOST:PORT] [--protocol put|idempotency-key] [--faults SPEC] [--seed N] [--db FILE]
 //	deposit demo
 //	deposit probe   --endpoint URL [--protocol put|webdav|s3|couchdb] [--yes]
+//	deposit version
 //
 // Each line's key is the SHA-256 of its canonical bytes; a local SQLite
 // store remembers every key's outcome, so a run repeated after a crash
@@ -107,6 +108,8 @@ func realMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return demoCmd(ctx, rest, s)
 	case "probe":
 		return probeCmd(ctx, rest, s)
+	case "version", "-version", "--version":
+		return versionCmd(ctx, rest, s)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" {
 			if isCommand(rest[0]) {
@@ -125,7 +128,7 @@ func realMain(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // isCommand reports whether name is a subcommand, for "deposit help COMMAND".
 func isCommand(name string) bool {
 	switch name {
-	case "run", "status", "key", "serve", "demo", "probe":
+	case "run", "status", "key", "serve", "demo", "probe", "version":
 		return true
 	}
 	return false
@@ -142,6 +145,7 @@ Usage:
   deposit serve   [flags]                         run the reference repository
   deposit demo                                    a fault-injected batch, then its replay
   deposit probe   --endpoint URL [--yes]          does the server refuse a second create?
+  deposit version                                 the version and the store schema it writes
   deposit help [COMMAND]                          this text, or a command's flags
 
 Run "deposit COMMAND -h" for every flag of a command, with its default.
@@ -197,7 +201,12 @@ func newCommand(name, synopsis, about, notes string) *command {
 // help writes the command's help: synopsis, description, every flag with its
 // default, notes.
 func (c *command) help(w io.Writer) {
-	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", c.synopsis, c.about)
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", c.synopsis, c.about)
+	flags := 0
+	c.fs.VisitAll(func(*flag.Flag) { flags++ })
+	if flags > 0 {
+		fmt.Fprint(w, "\nFlags:\n")
+	}
 	c.fs.VisitAll(func(f *flag.Flag) {
 		name, text := flag.UnquoteUsage(f)
 		line := "  --" + f.Name

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -462,6 +463,7 @@ func TestRunRefusesOtherKeySettingsForTheSameTarget(t *testing.T) {
 	require.Equal(t, exitStop, r.code)
 	require.Contains(t, r.stderr, "second record")
 	require.Contains(t, r.stderr, "/updated", "the message names the settings")
+	require.Equal(t, 1, strings.Count(r.stderr, "key settings differ"), r.stderr)
 	require.NotContains(t, r.stderr, "tok3n", "the endpoint's query is never printed")
 	r = deposit(t, nil, "run", "--endpoint", endpoint, "--db", db, "--form", "python", input)
 	require.Equal(t, exitStop, r.code)
@@ -549,4 +551,65 @@ func TestFlagsMayFollowTheInput(t *testing.T) {
 	r := deposit(t, nil, "run", input, "--endpoint", srv.URL, "--db", filepath.Join(dir, "d.db"), "--json")
 	require.Equal(t, exitDone, r.code, r.stderr)
 	require.Equal(t, 2, summaryOf(t, r.stdout).Created)
+}
+
+func TestRunWarnsOnceAboutAnIDPointerTheAnswersLack(t *testing.T) {
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl", payloads(5)...)
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "deposit.db"),
+		"--id-pointer", "/doi", "--json", input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, 5, summaryOf(t, r.stdout).Created)
+	require.Equal(t, 1, strings.Count(r.stderr, `identifier pointer \"/doi\" names no string`), r.stderr)
+
+	t.Run("a pointer the answers have is no news", func(t *testing.T) {
+		input := writeFile(t, dir, "more.jsonl", `{"title":"more"}`)
+		r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "other.db"),
+			"--id-pointer", "/identifier", "--json", input)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.NotContains(t, r.stderr, "identifier pointer")
+	})
+}
+
+func TestVersionPrintsTheModuleAndStoreSchemaVersions(t *testing.T) {
+	want := "(devel)"
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		want = info.Main.Version
+	}
+	require.Positive(t, dedup.SchemaVersion())
+	for _, args := range [][]string{{"--version"}, {"version"}, {"-version"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := deposit(t, nil, args...)
+			require.Equal(t, exitDone, r.code, r.stderr)
+			require.Equal(t, fmt.Sprintf("deposit %s\nstore schema version %d\n", want, dedup.SchemaVersion()), r.stdout)
+			require.Empty(t, r.stderr)
+		})
+	}
+	t.Run("help lists it", func(t *testing.T) {
+		r := deposit(t, nil, "help")
+		require.Contains(t, r.stdout, "deposit version")
+	})
+}
+
+func TestAnUnresolvedLineIsOneShortLine(t *testing.T) {
+	srv := newServer(t, repotest.Config{Faults: "503=1"})
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl", payloads(1)...)
+	results := filepath.Join(dir, "results.jsonl")
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "d.db"), "--max-attempts", "2",
+		"--results", results, input)
+	require.Equal(t, exitUnresolved, r.code, r.stderr)
+	body, err := canonical.JCS([]byte(payloads(1)[0]))
+	require.NoError(t, err)
+	k := canonical.Key(body)
+	require.Contains(t, r.stderr, "line 1: unresolved: "+k[:12]+"… last answer: 503 Service Unavailable: run again (safe)\n")
+	require.NotContains(t, r.stderr, k, "the full key is in --results, not on the terminal")
+	require.Contains(t, r.stderr, "1 item unresolved")
+	require.NotContains(t, r.stderr, "1 items")
+
+	text, err := os.ReadFile(results)
+	require.NoError(t, err)
+	require.Contains(t, string(text), k, "--results keeps the full key")
+	require.Contains(t, string(text), "after 2 attempts", "--results keeps the full error")
 }

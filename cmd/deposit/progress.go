@@ -202,8 +202,8 @@ func (p *progress) status() string {
 func (p *progress) counts() string {
 	s := p.sum
 	done := s.Created + s.Existing + s.Replayed
-	return fmt.Sprintf("%d items: %d done (%d created, %d existing, %d replayed), %d failed, %d invalid, %d unresolved; %d requests",
-		s.Total, done, s.Created, s.Existing, s.Replayed, s.Failed, s.Invalid, s.Unresolved, p.requests.Load())
+	return fmt.Sprintf("%s: %d done (%d created, %d existing, %d replayed), %d failed, %d invalid, %d unresolved; %d requests",
+		plural(s.Total, "item"), done, s.Created, s.Existing, s.Replayed, s.Failed, s.Invalid, s.Unresolved, p.requests.Load())
 }
 
 // pace is the rate and, when the input's size is known, the time left;

@@ -379,10 +379,54 @@ func logItem(p *progress, r client.ItemResult) {
 	case r.Outcome == client.OutcomeFailed:
 		p.logf("line %d: failed: key %s: %s", r.Line, r.Key, oneLine(r.Err))
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
-		p.logf("line %d: unresolved: key %s: %s", r.Line, r.Key, oneLine(r.Err))
+		// One line on the terminal; --results keeps the key and the error.
+		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
 	case r.Recovered && r.Err == nil:
 		p.logf("line %d: recovered: key %s was left uncertain by an earlier run; now %s, identifier %s", r.Line, r.Key, r.Outcome, r.Identifier)
 	}
+}
+
+// shortKey is the first 12 hex digits of a key, enough to find it in
+// --results or the store.
+func shortKey(key string) string {
+	if len(key) <= 12 {
+		return key
+	}
+	return key[:12] + "…"
+}
+
+// lastAnswer says what the server last answered an unresolved item: the
+// status of its *client.HTTPError, else what the transport said (the
+// innermost cause of the error, following the last of several wrapped
+// errors: the client wraps why retrying stopped first and the last failure
+// last).
+func lastAnswer(err error) string {
+	var herr *client.HTTPError
+	if errors.As(err, &herr) {
+		return strings.TrimSpace(fmt.Sprintf("%d %s", herr.StatusCode, http.StatusText(herr.StatusCode)))
+	}
+	for err != nil {
+		var next error
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			next = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			if errs := u.Unwrap(); len(errs) > 0 {
+				next = errs[len(errs)-1]
+			}
+		}
+		if next == nil {
+			break
+		}
+		err = next
+	}
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed without an answer"
+	}
+	return oneLine(err)
 }
 
 // oneLine is err's text on one line, with URLs redacted.
@@ -412,21 +456,29 @@ func redact(s string) string {
 
 // printSummary writes the final human summary.
 func printSummary(w io.Writer, sum client.Summary, o runOptions) {
-	fmt.Fprintf(w, "deposit run: %d items in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
-		sum.Total, sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
+	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
+		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
 	if sum.Unresolved > 0 {
-		fmt.Fprintf(w, "  %d items unresolved: their outcome is unknown; run the same command again (safe: nothing is created twice)\n", sum.Unresolved)
+		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
 	if sum.Failed > 0 {
-		fmt.Fprintf(w, "  %d items failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed\n", sum.Failed, o.db)
+		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed\n", plural(sum.Failed, "item"), o.db)
 	}
 	if sum.Invalid > 0 {
-		fmt.Fprintf(w, "  %d lines invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", sum.Invalid)
+		fmt.Fprintf(w, "  %s invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", plural(sum.Invalid, "line"))
 	}
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // explainStore turns a store error into a message a user can act on.

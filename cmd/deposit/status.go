@@ -181,7 +181,7 @@ func summarize(ctx context.Context, store *dedup.Reader, db string, asJSON bool,
 		fmt.Fprintf(w, "%s\n", b)
 		return nil
 	}
-	fmt.Fprintf(w, "store %s: %d records: %d done, %d failed, %d pending\n", db, total.Total, total.Done, total.Failed, total.Pending)
+	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending\n", db, plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending)
 	for _, t := range targets {
 		fmt.Fprintf(w, "  %s: %d done, %d failed, %d pending\n", redact(t.Target), t.Done, t.Failed, t.Pending)
 	}
