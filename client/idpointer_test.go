@@ -29,6 +29,8 @@ func TestAWrongIDPointerIsWarnedOnce(t *testing.T) {
 			target:   func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/identifer"} },
 			script:   reply{status: 412},
 			readBack: reply{status: 200, header: map[string]string{"Content-Type": "application/json"}, body: payload}, warnings: 1},
+		{name: "idempotency-key with a pointer the create answer lacks warns once",
+			target: func(ep string) Target { return IdempotencyKey{Endpoint: ep, IDPointer: "/identifer"} }, script: created, warnings: 1},
 		{name: "a pointer that names a string does not warn",
 			target: func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/doi"} }, script: created},
 		{name: "the default pointer finding nothing does not warn",

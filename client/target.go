@@ -220,11 +220,13 @@ func readBack(url string, pointers []string, userPointer string, ours func(body 
 }
 
 type idempotencyKeyDriver struct {
-	endpoint  string
-	pointers  []string
-	secret    []byte
-	retention time.Duration
-	inFlight  time.Duration
+	endpoint string
+	pointers []string
+	// userPointer is the IDPointer the user set, "" for the default.
+	userPointer string
+	secret      []byte
+	retention   time.Duration
+	inFlight    time.Duration
 }
 
 func (t IdempotencyKey) driver() (driver, error) {
@@ -236,7 +238,7 @@ func (t IdempotencyKey) driver() (driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := idempotencyKeyDriver{endpoint: ep, pointers: ptrs,
+	d := idempotencyKeyDriver{endpoint: ep, pointers: ptrs, userPointer: t.IDPointer,
 		secret: append([]byte(nil), t.KeySecret...), retention: t.Retention, inFlight: t.InFlightWait}
 	if d.retention <= 0 {
 		d.retention = 24 * time.Hour
@@ -278,6 +280,7 @@ func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error)
 			cls := v.class
 			if cls == classCreated || cls == classExists {
 				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record, true)
+				v.warn = missedPointer(d.userPointer, a.body)
 			}
 			return v
 		},
