@@ -27,11 +27,11 @@ const driverName = "sqlite"
 
 // pragmas are set on every pooled connection through the DSN. Besides the
 // durability settings (WAL, synchronous=NORMAL: a power cut may lose the
-// last commits, never corrupt the file), they size the caches for stores of
-// millions of rows: a 32 MiB page cache per connection, reads through a
-// 256 MiB memory map, and a checkpoint every 8000 pages (about 32 MiB of
-// log) rather than 1000, which halves the pages written per confirmed key
-// when keys are random; the log is cut back to 64 MiB after a checkpoint.
+// last commits, never corrupt the file), they size the store for millions
+// of rows: an 8 MiB page cache per connection (no memory map), and a
+// checkpoint every 8000 pages (about 32 MiB of log) rather than 1000, which
+// halves the pages written per confirmed key when keys are random; the log
+// is cut back to 64 MiB after a checkpoint.
 const pragmas = "_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)" +
 	"&_pragma=cache_size(-8192)&_pragma=wal_autocheckpoint(8000)&_pragma=journal_size_limit(67108864)"
 
