@@ -142,16 +142,22 @@ func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
-			h := http.Header{}
-			h.Set("If-None-Match", "*")
-			h.Set("Content-Type", "application/json")
-			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
-		},
+		build:    conditionalPut(url, k.Body),
 		judge:    conditionalJudge(d.pointers, d.userPointer, url),
 		check:    readBack(url, d.pointers, d.userPointer, nil),
 		fallback: url,
 	}}, nil
+}
+
+// conditionalPut builds the conditional create of body at url: PUT with
+// If-None-Match: *.
+func conditionalPut(url string, body []byte) func([]string) (request, error) {
+	return func([]string) (request, error) {
+		h := http.Header{}
+		h.Set("If-None-Match", "*")
+		h.Set("Content-Type", "application/json")
+		return request{method: http.MethodPut, url: url, header: h, body: body}, nil
+	}
 }
 
 // conditionalJudge judges the answers to a conditional create of a

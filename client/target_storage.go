@@ -69,12 +69,7 @@ func (d webdavDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
-			h := http.Header{}
-			h.Set("If-None-Match", "*")
-			h.Set("Content-Type", "application/json")
-			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
-		},
+		build: conditionalPut(url, k.Body),
 		judge: func(a answer) verdict {
 			if a.err == nil {
 				switch a.status {
