@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/client"
@@ -74,7 +76,9 @@ Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","recovered","requests","retries","elapsed_ms"}.
+"unresolved","recovered","unread","requests","retries","elapsed_ms"}.
+"total" is the sum of the six outcomes, over the lines read; "unread" counts
+the non-blank lines a run that stopped early never read.
 --results FILE: one JSON object per non-blank line, in completion order:
 {"line","key","outcome","identifier","status","error"}, absent values omitted.
 
@@ -142,6 +146,7 @@ type summaryJSON struct {
 	Invalid    int   `json:"invalid"`
 	Unresolved int   `json:"unresolved"`
 	Recovered  int   `json:"recovered"`
+	Unread     int64 `json:"unread"`
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
@@ -272,6 +277,16 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	})
 	prog.stop()
 
+	// A run that stopped early says how much of the input it never read:
+	// its total counts only the lines it read. A terminal is not read on
+	// (it has no end until the user types one).
+	var unread int64
+	if runErr != nil && readErr == nil && !o.stdinTerminal(s) {
+		if unread, err = lr.rest(); err != nil {
+			readErr = fmt.Errorf("counting the lines not read: %w", err)
+		}
+	}
+
 	code := exitDone
 	switch {
 	case sum.Unresolved > 0:
@@ -283,7 +298,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if interrupted {
 		code = exitUnresolved
 	}
-	printSummary(s.stderr, sum, o)
+	printSummary(s.stderr, sum, unread, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
@@ -305,11 +320,17 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
-			Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
 	return sum, code
+}
+
+// stdinTerminal reports whether the input is stdin and stdin a terminal.
+func (o runOptions) stdinTerminal(s streams) bool {
+	f, ok := s.stdin.(*os.File)
+	return o.input == "-" && ok && term.IsTerminal(int(f.Fd()))
 }
 
 // openInput opens FILE, or stdin for "-", and returns its size when it is a
@@ -454,14 +475,18 @@ func redact(s string) string {
 	})
 }
 
-// printSummary writes the final human summary.
-func printSummary(w io.Writer, sum client.Summary, o runOptions) {
+// printSummary writes the final human summary; unread counts the lines a
+// run that stopped early never read.
+func printSummary(w io.Writer, sum client.Summary, unread int64, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
 		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
+	if unread > 0 {
+		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(unread), "line"), plural(sum.Total, "item"))
+	}
 	if sum.Unresolved > 0 {
 		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
