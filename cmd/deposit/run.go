@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -539,11 +538,13 @@ func explainStop(err error, proto string) string {
 	return oneLine(err)
 }
 
-// resultWriter writes the --results file. OnResult calls are serialised, so
-// it needs no lock.
+// resultWriter writes the --results file, each line with one write(2) of
+// its own: a process killed at any moment leaves whole lines behind (a
+// buffered writer cut the last one at a buffer boundary), and every line
+// written is in the file even if the run never ends. OnResult calls are
+// serialised, so it needs no lock.
 type resultWriter struct {
 	f   *os.File
-	w   *bufio.Writer
 	err error
 }
 
@@ -552,7 +553,7 @@ func createResults(path string) (*resultWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--results: %w", err)
 	}
-	return &resultWriter{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+	return &resultWriter{f: f}, nil
 }
 
 func (rw *resultWriter) write(r client.ItemResult) {
@@ -564,17 +565,13 @@ func (rw *resultWriter) write(r client.ItemResult) {
 		Status: r.Status, Error: oneLine(r.Err),
 	})
 	if err == nil {
-		b = append(b, '\n')
-		_, err = rw.w.Write(b)
+		_, err = rw.f.Write(append(b, '\n'))
 	}
 	rw.err = err
 }
 
 func (rw *resultWriter) close() error {
 	err := rw.err
-	if ferr := rw.w.Flush(); err == nil {
-		err = ferr
-	}
 	if cerr := rw.f.Close(); err == nil {
 		err = cerr
 	}
