@@ -472,6 +472,29 @@ func TestAnEarlyStopCountsTheLinesNotRead(t *testing.T) {
 	})
 }
 
+func TestA422UnderIdempotencyKeySaysWhatHelps(t *testing.T) {
+	// Another store (or another tool) sent this key first, with another
+	// body: here a line whose ignored field differs, deposited with a store
+	// that was then lost.
+	srv := newServer(t, repotest.Config{Protocol: repotest.ProtocolIdempotencyKey})
+	dir := t.TempDir()
+	args := []string{"run", "--protocol", "idempotency-key", "--endpoint", srv.URL, "--ignore", "/sent", "--json"}
+	first := writeFile(t, dir, "first.jsonl", `{"title":"a","sent":"monday"}`)
+	r := deposit(t, nil, append(args, "--db", filepath.Join(dir, "lost.db"), first)...)
+	require.Equal(t, exitDone, r.code, r.stderr)
+
+	again := writeFile(t, dir, "again.jsonl", `{"title":"a","sent":"tuesday"}`)
+	db := filepath.Join(dir, "new.db")
+	for _, extra := range [][]string{nil, nil, {"--retry-failed"}} { // sent, replayed from the store, re-sent
+		r = deposit(t, nil, append(append(args, "--db", db), append(extra, again)...)...)
+		require.Equal(t, exitFailed, r.code, r.stderr)
+		require.Equal(t, 1, summaryOf(t, r.stdout).Failed)
+		require.Contains(t, r.stderr, "another body")
+		require.Contains(t, r.stderr, "24 h")
+		require.NotContains(t, r.stderr, "run again with --retry-failed", "it cannot help while the server keeps the key")
+	}
+}
+
 func TestRunRefusesAStoreItDoesNotOwn(t *testing.T) {
 	srv := newServer(t, repotest.Config{})
 	dir := t.TempDir()

@@ -263,12 +263,19 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 
-	var readErr error
+	var (
+		readErr   error
+		keyReused int // failed: 422 under idempotency-key
+	)
 	sum, runErr := cl.Run(ctx, items(lr, form, o.datasets, &readErr), client.BatchOptions{
 		Concurrency: o.concurrency,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
-			logItem(prog, r)
+			reused := proto == protocol.IdempotencyKey && r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
+			if reused {
+				keyReused++
+			}
+			logItem(prog, r, reused)
 			if res != nil {
 				res.write(r)
 			}
@@ -297,7 +304,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if interrupted {
 		code = exitUnresolved
 	}
-	printSummary(s.stderr, sum, unread, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
@@ -392,10 +399,16 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 
 // logItem logs what a reader of stderr must see about one item: invalid
 // input, failures, unresolved items, and items recovered from an earlier run.
-func logItem(p *progress, r client.ItemResult) {
+// keyReused reports a failure that is a 422 under idempotency-key.
+func logItem(p *progress, r client.ItemResult, keyReused bool) {
 	switch {
 	case r.Outcome == client.OutcomeInvalid:
 		p.logf("line %d: invalid: %s", r.Line, oneLine(r.Err))
+	case keyReused:
+		// The client re-sends the exact body it first sent under a key, so
+		// the other body came from elsewhere: another tool, or a store lost
+		// (a line whose --ignore'd fields differ has the same key).
+		p.logf("line %d: failed: key %s: 422: the server holds this Idempotency-Key with another body (sent by another tool, or with a lost --db) for its key retention (IRI: 24 h); --retry-failed cannot help: the body it holds succeeds, another body needs another key", r.Line, r.Key)
 	case r.Outcome == client.OutcomeFailed:
 		p.logf("line %d: failed: key %s: %s", r.Line, r.Key, oneLine(r.Err))
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
@@ -474,23 +487,35 @@ func redact(s string) string {
 	})
 }
 
-// printSummary writes the final human summary; unread counts the lines a
-// run that stopped early never read.
-func printSummary(w io.Writer, sum client.Summary, unread int64, o runOptions) {
+// tail is what the command counts beside the client's summary.
+type tail struct {
+	unread    int64 // non-blank lines a run that stopped early never read
+	keyReused int   // failures that are a 422 under idempotency-key
+}
+
+// printSummary writes the final human summary.
+func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
 		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
-	if unread > 0 {
-		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(unread), "line"), plural(sum.Total, "item"))
+	if t.unread > 0 {
+		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
 	if sum.Unresolved > 0 {
 		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
-	if sum.Failed > 0 {
-		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed\n", plural(sum.Failed, "item"), o.db)
+	switch {
+	case sum.Failed > 0 && t.keyReused == sum.Failed:
+		fmt.Fprintf(w, "  %s failed with 422 under idempotency-key (the server holds the key with another body, see above): --retry-failed cannot help while it keeps the key\n", plural(sum.Failed, "item"))
+	case sum.Failed > 0:
+		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed", plural(sum.Failed, "item"), o.db)
+		if t.keyReused > 0 {
+			fmt.Fprintf(w, " (it cannot help the %d refused with 422 under idempotency-key, see above)", t.keyReused)
+		}
+		fmt.Fprintln(w)
 	}
 	if sum.Invalid > 0 {
 		fmt.Fprintf(w, "  %s invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", plural(sum.Invalid, "line"))
