@@ -32,6 +32,7 @@ type lineReader struct {
 	r       *bufio.Reader
 	max     int
 	line    int64        // number of the last line read, 1-based
+	eof     bool         // the input has ended: it is not read again
 	scratch []byte       // assembles a line longer than the buffer
 	read    atomic.Int64 // bytes consumed, for progress
 }
@@ -52,6 +53,9 @@ type inputLine struct {
 // io.EOF; any other error is a read error that ends the input.
 func (lr *lineReader) next() (inputLine, error) {
 	for {
+		if lr.eof {
+			return inputLine{}, io.EOF
+		}
 		lr.line++
 		lr.scratch = lr.scratch[:0]
 		var (
@@ -77,8 +81,11 @@ func (lr *lineReader) next() (inputLine, error) {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
 			}
-			if errors.Is(err, io.EOF) && size == 0 {
-				return inputLine{}, io.EOF
+			if errors.Is(err, io.EOF) {
+				lr.eof = true
+				if size == 0 {
+					return inputLine{}, io.EOF
+				}
 			}
 			if err != nil && !errors.Is(err, io.EOF) {
 				return inputLine{}, err
@@ -111,6 +118,50 @@ func (lr *lineReader) next() (inputLine, error) {
 		}
 		return out, nil
 	}
+}
+
+// rest reads the rest of the input without keeping or parsing it and
+// returns the number of lines next would still have returned: what a run
+// that stopped early never read. Memory is the read buffer, whatever the
+// lines' length.
+func (lr *lineReader) rest() (int64, error) {
+	var (
+		n         int64
+		size      int64 // bytes of the current line so far, its ending included
+		content   bool  // the current line holds a byte that is not whitespace
+		prev, end byte  // the line's last two bytes so far
+	)
+	for !lr.eof {
+		chunk, err := lr.r.ReadSlice('\n')
+		lr.read.Add(int64(len(chunk)))
+		size += int64(len(chunk))
+		content = content || !blank(chunk)
+		for _, c := range chunk[max(0, len(chunk)-2):] {
+			prev, end = end, c
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			lr.eof = true
+		case err != nil:
+			return n, err
+		}
+		// An over-long line is an item even if blank, as next reports it:
+		// its length is measured without "\n" and "\r".
+		text := size
+		if end == '\n' {
+			text, end = text-1, prev
+		}
+		if end == '\r' {
+			text--
+		}
+		if size > 0 && (content || text > int64(lr.max)) {
+			n++
+		}
+		size, content, prev, end = 0, false, 0, 0
+	}
+	return n, nil
 }
 
 // blank reports whether a line holds only JSON whitespace; such lines are

@@ -82,6 +82,46 @@ func TestLineReaderCountsBytesRead(t *testing.T) {
 	require.Equal(t, int64(len(text)), lr.read.Load())
 }
 
+func TestLineReaderCountsTheLinesLeftWithoutKeepingThem(t *testing.T) {
+	long := strings.Repeat("x", 300_000) // longer than the read buffer and the limit
+	spaces := strings.Repeat(" ", 300_000)
+	tests := []struct {
+		name string
+		text string
+		want int64
+	}{
+		{name: "blank lines are not counted", text: "{}\n\n  \r\n{}\n", want: 2},
+		{name: "a last line without newline is counted", text: "{}\n{}", want: 2},
+		{name: "a line over the limit is counted", text: long + "\n{}\n", want: 2},
+		{name: "blank but over the limit is counted, as next reports it invalid", text: spaces + "\n" + spaces[:50] + "\r\n", want: 1},
+		{name: "nothing left is none", text: "", want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lr := newLineReader(iotest.HalfReader(strings.NewReader("{}\n"+tt.text)), 100)
+			ln, err := lr.next()
+			require.NoError(t, err)
+			require.Equal(t, int64(1), ln.num)
+			n, err := lr.rest()
+			require.NoError(t, err)
+			require.Equal(t, tt.want, n)
+			require.Equal(t, int64(len(tt.text)+3), lr.read.Load())
+			n, err = lr.rest()
+			require.NoError(t, err)
+			require.Equal(t, int64(0), n, "the end of the input is not read twice")
+		})
+	}
+
+	t.Run("it counts what next would have returned", func(t *testing.T) {
+		text := "{}\n\n" + long + "\n \t\n" + spaces + "\r\nnot json\n{}"
+		require.Len(t, readAll(t, strings.NewReader(text), 100), 5)
+		lr := newLineReader(strings.NewReader(text), 100)
+		n, err := lr.rest()
+		require.NoError(t, err)
+		require.Equal(t, int64(5), n)
+	})
+}
+
 func TestLineReaderReturnsReadErrors(t *testing.T) {
 	lr := newLineReader(iotest.ErrReader(errors.New("disk on fire")), 100)
 	_, err := lr.next()

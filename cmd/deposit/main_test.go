@@ -71,7 +71,7 @@ func summaryOf(t *testing.T, stdout string) summaryJSON {
 	t.Helper()
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), "stdout: %q", stdout)
-	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "requests", "retries", "elapsed_ms"}
+	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "unread", "requests", "retries", "elapsed_ms"}
 	require.ElementsMatch(t, want, slices.Collect(mapsKeys(raw)))
 	var s summaryJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
@@ -422,6 +422,77 @@ func TestRunStopsWithAnActionableError(t *testing.T) {
 		require.Equal(t, exitStop, r.code, r.stderr)
 		require.Contains(t, r.stderr, "unreachable")
 	})
+}
+
+func TestAnEarlyStopCountsTheLinesNotRead(t *testing.T) {
+	closed := newServer(t, repotest.Config{})
+	unreachable := closed.URL
+	closed.Close()
+	srv := newServer(t, repotest.Config{Authorization: "Bearer right"})
+
+	tests := []struct {
+		name     string
+		endpoint string
+		args     []string
+	}{
+		{name: "after a 401", endpoint: srv.URL},
+		{name: "after an unreachable endpoint", endpoint: unreachable, args: []string{"--max-attempts", "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			// More payloads than the run takes in before its first answer
+			// (it keeps 33 × --concurrency items under way), a blank line
+			// after every tenth: blank lines are not items, read or not.
+			var lines []string
+			for i, p := range payloads(1000) {
+				lines = append(lines, p)
+				if i%10 == 9 {
+					lines = append(lines, "  ")
+				}
+			}
+			input := writeFile(t, dir, "in.jsonl", lines...)
+			args := append([]string{"run", "--endpoint", tt.endpoint, "--db", filepath.Join(dir, "d.db"), "--json"}, tt.args...)
+			r := deposit(t, nil, append(args, input)...)
+			require.Equal(t, exitStop, r.code, r.stderr)
+			s := summaryOf(t, r.stdout)
+			require.Greater(t, s.Unread, int64(0), "the run stops before the end of the input")
+			require.Equal(t, int64(1000), int64(s.Total)+s.Unread, "every non-blank line is either counted in total or unread")
+			require.Contains(t, r.stderr, fmt.Sprintf("%s not read", plural(int(s.Unread), "line")))
+		})
+	}
+
+	t.Run("a run that reads everything has none", func(t *testing.T) {
+		dir := t.TempDir()
+		input := writeFile(t, dir, "in.jsonl", payloads(5)...)
+		r := deposit(t, nil, "run", "--endpoint", newServer(t, repotest.Config{}).URL, "--db", filepath.Join(dir, "d.db"), "--json", input)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.Equal(t, int64(0), summaryOf(t, r.stdout).Unread)
+		require.NotContains(t, r.stderr, "not read")
+	})
+}
+
+func TestA422UnderIdempotencyKeySaysWhatHelps(t *testing.T) {
+	// Another store (or another tool) sent this key first, with another
+	// body: here a line whose ignored field differs, deposited with a store
+	// that was then lost.
+	srv := newServer(t, repotest.Config{Protocol: repotest.ProtocolIdempotencyKey})
+	dir := t.TempDir()
+	args := []string{"run", "--protocol", "idempotency-key", "--endpoint", srv.URL, "--ignore", "/sent", "--json"}
+	first := writeFile(t, dir, "first.jsonl", `{"title":"a","sent":"monday"}`)
+	r := deposit(t, nil, append(args, "--db", filepath.Join(dir, "lost.db"), first)...)
+	require.Equal(t, exitDone, r.code, r.stderr)
+
+	again := writeFile(t, dir, "again.jsonl", `{"title":"a","sent":"tuesday"}`)
+	db := filepath.Join(dir, "new.db")
+	for _, extra := range [][]string{nil, nil, {"--retry-failed"}} { // sent, replayed from the store, re-sent
+		r = deposit(t, nil, append(append(args, "--db", db), append(extra, again)...)...)
+		require.Equal(t, exitFailed, r.code, r.stderr)
+		require.Equal(t, 1, summaryOf(t, r.stdout).Failed)
+		require.Contains(t, r.stderr, "another body")
+		require.Contains(t, r.stderr, "24 h")
+		require.NotContains(t, r.stderr, "run again with --retry-failed", "it cannot help while the server keeps the key")
+	}
 }
 
 func TestRunRefusesAStoreItDoesNotOwn(t *testing.T) {

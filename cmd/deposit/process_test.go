@@ -193,6 +193,33 @@ func TestKilledRunsFinishExactlyOnce(t *testing.T) {
 	require.Equal(t, summaryJSON{Total: 3000, Replayed: 3000, ElapsedMS: s.ElapsedMS}, s)
 }
 
+func TestAKilledRunLeavesOnlyWholeResultLines(t *testing.T) {
+	srv := newServer(t, repotest.Config{Latency: 2 * time.Millisecond})
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.jsonl")
+	crashInput(t, input, 5000)
+	resultsPath := filepath.Join(dir, "results.jsonl")
+	p := start(t, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "deposit.db"), "--results", resultsPath, input)
+
+	// More than a 64 KiB buffer's worth of results, so that a writer that
+	// cuts lines at buffer boundaries has cut one.
+	waitUntil(func() bool {
+		fi, err := os.Stat(resultsPath)
+		return err == nil && fi.Size() > 64<<10
+	})
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	require.Equal(t, -1, p.wait(t), "killed mid-run")
+
+	text, err := os.ReadFile(resultsPath)
+	require.NoError(t, err)
+	require.True(t, bytes.HasSuffix(text, []byte("\n")), "the file ends with a whole line: %q", text[max(0, len(text)-200):])
+	lines := jsonLines(t, string(text))
+	require.Greater(t, len(lines), 0)
+	for _, m := range lines {
+		require.NotEmpty(t, m["outcome"], m)
+	}
+}
+
 func TestFourProcessesOnOneStoreDepositExactlyOnce(t *testing.T) {
 	srv := newServer(t, repotest.Config{Faults: "drop=0.1,503=0.05", Seed: 5})
 	dir := t.TempDir()

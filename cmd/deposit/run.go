@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -14,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
@@ -74,7 +75,9 @@ Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","recovered","requests","retries","elapsed_ms"}.
+"unresolved","recovered","unread","requests","retries","elapsed_ms"}.
+"total" is the sum of the six outcomes, over the lines read; "unread" counts
+the non-blank lines a run that stopped early never read.
 --results FILE: one JSON object per non-blank line, in completion order:
 {"line","key","outcome","identifier","status","error"}, absent values omitted.
 
@@ -142,6 +145,7 @@ type summaryJSON struct {
 	Invalid    int   `json:"invalid"`
 	Unresolved int   `json:"unresolved"`
 	Recovered  int   `json:"recovered"`
+	Unread     int64 `json:"unread"`
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
@@ -259,18 +263,35 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 
-	var readErr error
+	var (
+		readErr   error
+		keyReused int // failed: 422 under idempotency-key
+	)
 	sum, runErr := cl.Run(ctx, items(lr, form, o.datasets, &readErr), client.BatchOptions{
 		Concurrency: o.concurrency,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
-			logItem(prog, r)
+			reused := proto == protocol.IdempotencyKey && r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
+			if reused {
+				keyReused++
+			}
+			logItem(prog, r, reused)
 			if res != nil {
 				res.write(r)
 			}
 		},
 	})
 	prog.stop()
+
+	// A run that stopped early says how much of the input it never read:
+	// its total counts only the lines it read. A terminal is not read on
+	// (it has no end until the user types one).
+	var unread int64
+	if runErr != nil && readErr == nil && !o.stdinTerminal(s) {
+		if unread, err = lr.rest(); err != nil {
+			readErr = fmt.Errorf("counting the lines not read: %w", err)
+		}
+	}
 
 	code := exitDone
 	switch {
@@ -283,7 +304,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if interrupted {
 		code = exitUnresolved
 	}
-	printSummary(s.stderr, sum, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
@@ -305,11 +326,17 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
-			Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
 	return sum, code
+}
+
+// stdinTerminal reports whether the input is stdin and stdin a terminal.
+func (o runOptions) stdinTerminal(s streams) bool {
+	f, ok := s.stdin.(*os.File)
+	return o.input == "-" && ok && term.IsTerminal(int(f.Fd()))
 }
 
 // openInput opens FILE, or stdin for "-", and returns its size when it is a
@@ -372,10 +399,16 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 
 // logItem logs what a reader of stderr must see about one item: invalid
 // input, failures, unresolved items, and items recovered from an earlier run.
-func logItem(p *progress, r client.ItemResult) {
+// keyReused reports a failure that is a 422 under idempotency-key.
+func logItem(p *progress, r client.ItemResult, keyReused bool) {
 	switch {
 	case r.Outcome == client.OutcomeInvalid:
 		p.logf("line %d: invalid: %s", r.Line, oneLine(r.Err))
+	case keyReused:
+		// The client re-sends the exact body it first sent under a key, so
+		// the other body came from elsewhere: another tool, or a store lost
+		// (a line whose --ignore'd fields differ has the same key).
+		p.logf("line %d: failed: key %s: 422: the server holds this Idempotency-Key with another body (sent by another tool, or with a lost --db) for its key retention (IRI: 24 h); --retry-failed cannot help: the body it holds succeeds, another body needs another key", r.Line, r.Key)
 	case r.Outcome == client.OutcomeFailed:
 		p.logf("line %d: failed: key %s: %s", r.Line, r.Key, oneLine(r.Err))
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
@@ -454,19 +487,35 @@ func redact(s string) string {
 	})
 }
 
+// tail is what the command counts beside the client's summary.
+type tail struct {
+	unread    int64 // non-blank lines a run that stopped early never read
+	keyReused int   // failures that are a 422 under idempotency-key
+}
+
 // printSummary writes the final human summary.
-func printSummary(w io.Writer, sum client.Summary, o runOptions) {
+func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
 		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
+	if t.unread > 0 {
+		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
+	}
 	if sum.Unresolved > 0 {
 		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
-	if sum.Failed > 0 {
-		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed\n", plural(sum.Failed, "item"), o.db)
+	switch {
+	case sum.Failed > 0 && t.keyReused == sum.Failed:
+		fmt.Fprintf(w, "  %s failed with 422 under idempotency-key (the server holds the key with another body, see above): --retry-failed cannot help while it keeps the key\n", plural(sum.Failed, "item"))
+	case sum.Failed > 0:
+		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed", plural(sum.Failed, "item"), o.db)
+		if t.keyReused > 0 {
+			fmt.Fprintf(w, " (it cannot help the %d refused with 422 under idempotency-key, see above)", t.keyReused)
+		}
+		fmt.Fprintln(w)
 	}
 	if sum.Invalid > 0 {
 		fmt.Fprintf(w, "  %s invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", plural(sum.Invalid, "line"))
@@ -514,11 +563,13 @@ func explainStop(err error, proto string) string {
 	return oneLine(err)
 }
 
-// resultWriter writes the --results file. OnResult calls are serialised, so
-// it needs no lock.
+// resultWriter writes the --results file, each line with one write(2) of
+// its own: a process killed at any moment leaves whole lines behind (a
+// buffered writer cut the last one at a buffer boundary), and every line
+// written is in the file even if the run never ends. OnResult calls are
+// serialised, so it needs no lock.
 type resultWriter struct {
 	f   *os.File
-	w   *bufio.Writer
 	err error
 }
 
@@ -527,7 +578,7 @@ func createResults(path string) (*resultWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--results: %w", err)
 	}
-	return &resultWriter{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+	return &resultWriter{f: f}, nil
 }
 
 func (rw *resultWriter) write(r client.ItemResult) {
@@ -539,17 +590,13 @@ func (rw *resultWriter) write(r client.ItemResult) {
 		Status: r.Status, Error: oneLine(r.Err),
 	})
 	if err == nil {
-		b = append(b, '\n')
-		_, err = rw.w.Write(b)
+		_, err = rw.f.Write(append(b, '\n'))
 	}
 	rw.err = err
 }
 
 func (rw *resultWriter) close() error {
 	err := rw.err
-	if ferr := rw.w.Flush(); err == nil {
-		err = ferr
-	}
 	if cerr := rw.f.Close(); err == nil {
 		err = cerr
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -20,4 +21,28 @@ func TestLastAnswerIsTheInnermostTransportCause(t *testing.T) {
 	err := fmt.Errorf("%w after %d attempts: %w: %w", client.ErrUnresolved, 5, errors.New("backoff: attempts exhausted"), last)
 	require.Equal(t, "connection refused", lastAnswer(err))
 	require.Equal(t, "connection closed without an answer", lastAnswer(fmt.Errorf("%w: PUT x: %w", client.ErrUnresolved, io.EOF)))
+}
+
+func TestTheSummaryOffersRetryFailedOnlyWhereItHelps(t *testing.T) {
+	tests := []struct {
+		name      string
+		failed    int
+		keyReused int
+		want      string
+	}{
+		{name: "a failure is re-sent with --retry-failed", failed: 2,
+			want: "  2 items failed: reasons above and in \"deposit status --db d.db\"; after fixing the cause, run again with --retry-failed\n"},
+		{name: "a key held with another body is not", failed: 1, keyReused: 1,
+			want: "  1 item failed with 422 under idempotency-key (the server holds the key with another body, see above): --retry-failed cannot help while it keeps the key\n"},
+		{name: "both are told apart", failed: 3, keyReused: 1,
+			want: "  3 items failed: reasons above and in \"deposit status --db d.db\"; after fixing the cause, run again with --retry-failed (it cannot help the 1 refused with 422 under idempotency-key, see above)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			printSummary(&b, client.Summary{Total: tt.failed, Failed: tt.failed}, tail{keyReused: tt.keyReused}, runOptions{db: "d.db"})
+			_, advice, _ := strings.Cut(b.String(), "\n")
+			require.Equal(t, tt.want, advice)
+		})
+	}
 }
