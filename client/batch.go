@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
@@ -48,7 +49,8 @@ type BatchOptions struct {
 	Concurrency int
 	// Waiting bounds the items that may wait for a retry at once, beyond
 	// those in flight; reading items pauses while that many wait, so memory
-	// stays flat. 0 means 32 × Concurrency; a negative Waiting means none:
+	// stays flat. Items beyond Concurrency are taken up only as others start
+	// to wait, so a batch stopped by its first answers has begun few. 0 means 32 × Concurrency; a negative Waiting means none:
 	// each item keeps its slot while it waits, and with Concurrency 1 the
 	// items run strictly one after another, in input order.
 	Waiting int
@@ -118,7 +120,6 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	case waiting < 0:
 		waiting = 0
 	}
-	workers := slots + waiting
 	grace := opts.Grace
 	if grace <= 0 {
 		grace = 10 * time.Second
@@ -131,7 +132,11 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	st := &batchStop{drain: make(chan struct{}), grace: grace, cancel: cancelWork}
 	// Requests in flight are bounded in the transport, so that waiting for a
 	// retry takes no slot.
-	work = context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, slots), drain: st.drain})
+	slotted := context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, slots), drain: st.drain})
+	// The batch starts with one worker per slot, and adds one each time an
+	// item starts to wait for a retry, up to waiting more: a batch that never
+	// waits reads no further ahead than its slots (a run stopped by its first
+	// answer has little in flight), one that waits keeps its slots busy.
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -154,24 +159,36 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	}
 
 	queue := make(chan Item)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for it := range queue {
-				r := c.runItem(work, it, st.drain)
-				switch {
-				case errors.Is(r.Err, ErrStopRun):
-					st.stop(r.Err)
-				case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
-					// No answer at all from the endpoint, even after every
-					// retry: going on would only repeat that for each item.
-					st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
-				}
-				report(r)
+	var (
+		wg      sync.WaitGroup
+		itemCtx context.Context // set before the first worker starts
+	)
+	worker := func() {
+		defer wg.Done()
+		for it := range queue {
+			r := c.runItem(itemCtx, it, st.drain)
+			switch {
+			case errors.Is(r.Err, ErrStopRun):
+				st.stop(r.Err)
+			case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
+				// No answer at all from the endpoint, even after every
+				// retry: going on would only repeat that for each item.
+				st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
 			}
-		}()
+			report(r)
+		}
+	}
+	var spare atomic.Int64
+	spare.Store(int64(waiting))
+	itemCtx = context.WithValue(slotted, waitKey{}, func() {
+		if spare.Add(-1) >= 0 {
+			wg.Add(1)
+			go worker()
+		}
+	})
+	for range slots {
+		wg.Add(1)
+		go worker()
 	}
 
 feed:
@@ -250,4 +267,16 @@ func (c *Client) runItem(ctx context.Context, it Item, drain <-chan struct{}) It
 		res.Outcome = OutcomeOf(err)
 	}
 	return ItemResult{Line: it.Line, Result: res, Err: err}
+}
+
+// waitKey is the context key of a batch's hook for an item that starts to
+// wait for a retry.
+type waitKey struct{}
+
+// startsWaiting tells the batch, if there is one, that an item starts to
+// wait for a retry, so that another item may be taken up meanwhile.
+func startsWaiting(ctx context.Context) {
+	if f, ok := ctx.Value(waitKey{}).(func()); ok {
+		f()
+	}
 }

@@ -205,6 +205,7 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
+	startsWaiting(ctx)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -80,3 +80,28 @@ func TestAnItemWaitingToRetryHoldsNoSlot(t *testing.T) {
 	}
 	require.Equal(t, lines[0], lines[n], "the item that met the 503 was retried last, after the others: %v", lines)
 }
+
+// A batch whose first answer stops it has begun no more items than its
+// slots: the items waiting for a retry are what the extra workers are for,
+// and none waited.
+func TestABatchStoppedByItsFirstAnswerBeganOnlyItsSlots(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry})
+	require.NoError(t, err)
+	items := func(yield func(Item) bool) {
+		for i := range 200 {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"n":%d}`, i)}) {
+				return
+			}
+		}
+	}
+	_, err = c.Run(context.Background(), items, BatchOptions{Concurrency: 2})
+	require.ErrorIs(t, err, ErrStopRun)
+	counts, err := store.Count(context.Background(), "")
+	require.NoError(t, err)
+	require.LessOrEqual(t, counts.Pending, 2)
+}
