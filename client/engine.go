@@ -175,6 +175,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 
 // replay takes the primary step's stored outcome as the deposit's result.
 func (r *runDeposit) replay(rec dedup.Record) {
+	r.c.log.Debug("replay", "key", rec.Key, "identifier", redactURL(rec.Identifier), "status", rec.Status)
 	r.primaryDone = true
 	r.res.Identifier, r.res.Outcome, r.res.Status = rec.Identifier, OutcomeReplayed, rec.Status
 }
@@ -339,6 +340,7 @@ func (r *runDeposit) confirm(ctx context.Context, s *step, outcome Outcome, id s
 			return "", r.c.storeError(err)
 		}
 	}
+	r.c.log.Debug("settled", "key", s.key, "step", cmp.Or(s.label, "create"), "outcome", outcome, "identifier", redactURL(id), "status", status)
 	if s.primary {
 		r.primaryDone = true
 		r.res.Outcome, r.res.Identifier, r.res.Status = outcome, id, status

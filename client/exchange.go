@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -136,11 +137,20 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 }
 
 // requestDone reports one request to the OnRequest hook.
+// requestDone reports one request to the OnRequest hook and, at Debug, to
+// the log (URL redacted, transport errors scrubbed of it).
 func (x *exchange) requestDone(a answer, method string) {
-	if x.c.hooks.OnRequest == nil {
-		return
+	took := time.Since(x.sent)
+	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
+		args := []any{"key", x.key, "method", method, "url", redactURL(a.url), "status", a.status, "took", took}
+		if a.err != nil {
+			args = append(args, "error", scrub(a.err).Error())
+		}
+		x.c.log.Debug("request", args...)
 	}
-	x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.status, Err: a.err, Duration: time.Since(x.sent)})
+	if x.c.hooks.OnRequest != nil {
+		x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.status, Err: a.err, Duration: took})
+	}
 }
 
 // settled credits the retry budget for an exchange that succeeded.
@@ -193,6 +203,7 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		x.spentTimeout = timeout
 	}
 	x.retries++
+	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.status, "in_flight", inFlight > 0)
 	if x.c.hooks.OnRetry != nil {
 		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.status, Err: a.err})
 	}
