@@ -409,6 +409,7 @@ func TestRunStopsWithAnActionableError(t *testing.T) {
 			r := deposit(t, tt.env, append(args, input)...)
 			require.Equal(t, exitStop, r.code, r.stderr)
 			require.Contains(t, r.stderr, tt.message)
+			require.NotContains(t, r.stderr, "run the same command again", "a stopped run gives one advice: the stop's")
 			require.NotContains(t, r.stderr, "wrong-secret")
 			require.Equal(t, int64(0), srv.Stats().Records)
 			require.Less(t, srv.Stats().Requests, int64(20), "the run stops instead of trying every item")
@@ -420,7 +421,9 @@ func TestRunStopsWithAnActionableError(t *testing.T) {
 		input := writeFile(t, dir, "in.jsonl", payloads(20)...)
 		r := deposit(t, nil, "run", "--endpoint", unreachable, "--db", filepath.Join(dir, "d.db"), "--max-attempts", "2", input)
 		require.Equal(t, exitStop, r.code, r.stderr)
-		require.Contains(t, r.stderr, "unreachable")
+		require.Contains(t, r.stderr, "unreachable (no answer at all: connection refused): check --endpoint")
+		require.NotContains(t, r.stderr, "run the same command again", "a stopped run gives one advice: the stop's")
+		require.NotContains(t, r.stderr, "attempts exhausted", "the stop line names the cause, not the error chain")
 	})
 }
 

@@ -304,7 +304,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if interrupted {
 		code = exitUnresolved
 	}
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused}, o)
+	stopped := runErr != nil && !interrupted
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused, stopped: stopped}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
@@ -491,6 +492,9 @@ func redact(s string) string {
 type tail struct {
 	unread    int64 // non-blank lines a run that stopped early never read
 	keyReused int   // failures that are a 422 under idempotency-key
+	// stopped: an answer or the endpoint stopped the run (not an
+	// interrupt); the stop's message gives the one advice.
+	stopped bool
 }
 
 // printSummary writes the final human summary.
@@ -504,7 +508,10 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
-	if sum.Unresolved > 0 {
+	switch {
+	case sum.Unresolved > 0 && t.stopped:
+		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles them safely\n", plural(sum.Unresolved, "item"))
+	case sum.Unresolved > 0:
 		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
 	switch {
@@ -558,7 +565,7 @@ func explainStop(err error, proto string) string {
 		return msg
 	}
 	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Sprintf("the endpoint is unreachable (%s): check --endpoint and the network", oneLine(err))
+		return fmt.Sprintf("the endpoint is unreachable (no answer at all: %s): check --endpoint and the network", lastAnswer(err))
 	}
 	return oneLine(err)
 }
