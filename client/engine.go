@@ -86,6 +86,9 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 			}
 		}
 	}
+	if pi < 0 {
+		return r.res, fmt.Errorf("%w: client: the target gave no primary step", ErrStopRun)
+	}
 	prior := make([]string, len(steps))
 	for i := range start {
 		if recs[i] != nil {
