@@ -115,8 +115,9 @@ type verdict struct {
 
 // check is how the engine finds out whether a step took effect: a read-back
 // of the record, a search for a marker. It sends its request (retried like
-// any other) and judges the answer; found with nothing found yet may ask to
-// look again after settle, for a server whose reads lag its writes.
+// any other) and judges the answer. After an ambiguous attempt, "absent" is
+// trusted only once the check has looked again settle later, for a server
+// whose reads lag its writes.
 type check struct {
 	build func(prior []string) (request, error)
 	judge func(answer) finding
