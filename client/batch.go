@@ -50,9 +50,10 @@ type BatchOptions struct {
 	// Waiting bounds the items that may wait for a retry at once, beyond
 	// those in flight; reading items pauses while that many wait, so memory
 	// stays flat. Items beyond Concurrency are taken up only as others start
-	// to wait, so a batch stopped by its first answers has begun few. 0 means 32 × Concurrency; a negative Waiting means none:
-	// each item keeps its slot while it waits, and with Concurrency 1 the
-	// items run strictly one after another, in input order.
+	// to wait, so a batch stopped by its first answers has begun few. 0
+	// means 32 × Concurrency; a negative Waiting means none: with
+	// Concurrency 1 the items then run strictly one after another, in input
+	// order.
 	Waiting int
 	// OnResult receives every item's result, in completion order. Calls are
 	// serialised: the callback needs no locking of its own.
@@ -133,10 +134,6 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	// Requests in flight are bounded in the transport, so that waiting for a
 	// retry takes no slot.
 	slotted := context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, slots), drain: st.drain})
-	// The batch starts with one worker per slot, and adds one each time an
-	// item starts to wait for a retry, up to waiting more: a batch that never
-	// waits reads no further ahead than its slots (a run stopped by its first
-	// answer has little in flight), one that waits keeps its slots busy.
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -178,6 +175,10 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 			report(r)
 		}
 	}
+	// The batch starts with one worker per slot, and adds one each time an
+	// item starts to wait for a retry, up to waiting more: a batch that never
+	// waits reads no further ahead than its slots (a run stopped by its first
+	// answer has little in flight), one that waits keeps its slots busy.
 	var spare atomic.Int64
 	spare.Store(int64(waiting))
 	itemCtx = context.WithValue(slotted, waitKey{}, func() {
