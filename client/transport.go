@@ -47,8 +47,10 @@ func copyOrDefault(base *http.Client) *http.Client {
 	return &http.Client{Transport: t, Timeout: defaultAttemptTimeout}
 }
 
-// sharedTransport is the transport every deposit of a client shares. It
-// waits for the rate limiter (nil: unlimited) before each request, and it
+// sharedTransport is the transport every deposit of a client shares. In a
+// batch it takes one of the batch's request slots (requestSlots) for each
+// request; it waits for the rate limiter (nil: unlimited) before each
+// request, and it
 // deliberately has no CloseIdleConnections: go-retryablehttp closes its
 // client's idle connections whenever it gives up on a request, which on a
 // transport shared by a whole batch would drop every worker's keep-alive
