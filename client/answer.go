@@ -17,19 +17,17 @@ import (
 // identifier or a problem detail, never a whole record.
 const maxAnswerBytes = 64 << 10
 
-// identifierFrom applies the design's identifier rule to an answer: the first
-// pointer that names a string in a JSON body, else Location resolved against
-// the request URL (when useLocation), else the record URL.
-func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string, useLocation bool) string {
+// identifierFrom applies the design's identifier rule to a create answer:
+// the first pointer that names a string in a JSON body, else Location
+// resolved against the request URL, else the record URL.
+func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
 	if id, ok := stringAtPointers(body, pointers); ok {
 		return id
 	}
-	if useLocation {
-		if loc := header.Get("Location"); loc != "" {
-			if base, err := url.Parse(requestURL); err == nil {
-				if ref, err := url.Parse(loc); err == nil {
-					return base.ResolveReference(ref).String()
-				}
+	if loc := header.Get("Location"); loc != "" {
+		if base, err := url.Parse(requestURL); err == nil {
+			if ref, err := url.Parse(loc); err == nil {
+				return base.ResolveReference(ref).String()
 			}
 		}
 	}

@@ -176,7 +176,7 @@ func conditionalJudge(pointers []string, userPointer, recordURL string) func(ans
 		}
 		v := verdict{class: classifyCommon(a)}
 		if v.class == classCreated {
-			v.id = identifierFrom(a.body, a.header, pointers, a.url, recordURL, true)
+			v.id = identifierFrom(a.body, a.header, pointers, a.url, recordURL)
 			v.warn = missedPointer(userPointer, a.body)
 			if a.status != http.StatusCreated {
 				v.warn = ignoredConditionWarning
@@ -214,9 +214,10 @@ func readBack(url string, pointers []string, userPointer string, ours func(body 
 					}
 				}
 				// A read-back that merely echoes the stored payload mints
-				// nothing: the record URL it is.
-				return finding{kind: findingPresent, id: identifierFrom(a.body, a.header, pointers, a.url, url, false),
-					warn: missedPointer(userPointer, a.body)}
+				// nothing: no identifier, so the step's fallback (the
+				// record URL) it is.
+				id, _ := stringAtPointers(a.body, pointers)
+				return finding{kind: findingPresent, id: id, warn: missedPointer(userPointer, a.body)}
 			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
 				return finding{kind: findingAbsent, warn: "the server refused to read a record back; using record URLs as identifiers"}
 			}
@@ -285,7 +286,7 @@ func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error)
 			}
 			cls := v.class
 			if cls == classCreated || cls == classExists {
-				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record, true)
+				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record)
 				v.warn = missedPointer(d.userPointer, a.body)
 			}
 			return v

@@ -209,17 +209,10 @@ func (d dataciteDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			}
 			return verdict{class: cls, id: doi}
 		},
+		// No pointers: a read-back names no identifier, so the DOI (the
+		// fallback) is the identifier, whatever the record says.
 		check:    readBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
 		fallback: doi,
-	}
-	// The identifier is always the DOI, whatever the read-back says.
-	judgeRead := create.check.judge
-	create.check.judge = func(a answer) finding {
-		f := judgeRead(a)
-		if f.kind == findingPresent {
-			f.id = doi
-		}
-		return f
 	}
 	steps := []step{create}
 	if d.event != "" {
