@@ -34,4 +34,20 @@ type Store interface {
 	Fail(ctx context.Context, target, key string, f dedup.Failure) (dedup.Record, error)
 	// ResetFailed turns a failed row back into pending.
 	ResetFailed(ctx context.Context, target, key string) error
+
+	// Claim is Begin for a deposit's first step that also takes lease on
+	// the key, in the same transaction. A done or failed row keeps its
+	// state and is leased all the same (later steps run under the lease).
+	// While another owner's lease has not expired by the store's clock,
+	// nothing changes: the row is returned with an error wrapping
+	// dedup.ErrLeased.
+	Claim(ctx context.Context, target, key string, body []byte, lease dedup.Lease) (dedup.Record, error)
+	// Renew extends lease.Owner's leases on refs to lease.TTL from now and
+	// returns the refs it no longer holds (taken over after they expired).
+	Renew(ctx context.Context, lease dedup.Lease, refs []dedup.Ref) (lost []dedup.Ref, err error)
+	// Release gives up owner's lease on ref, if it still holds it. With
+	// unsent, nothing the deposit sent can have taken effect: the attempt
+	// Claim counted is taken back, and a pending row left without attempts
+	// is removed, so the key does not look uncertain.
+	Release(ctx context.Context, owner string, ref dedup.Ref, unsent bool) error
 }

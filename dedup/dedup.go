@@ -72,7 +72,25 @@ type Record struct {
 	Attempts int
 	// CreatedAt and UpdatedAt are in UTC, with microsecond precision.
 	CreatedAt, UpdatedAt time.Time
+	// LeaseOwner is the process that last claimed the key ("" if none or
+	// released), LeaseExpires when that claim ends unless renewed, by the
+	// store's clock. A lease whose time has passed is free to be taken.
+	LeaseOwner   string
+	LeaseExpires time.Time
 }
+
+// Lease is a claim on a key by one process: while it lasts, no other owner
+// may claim the key, so a deposit is in flight in one process at a time
+// however many share the store. Owner is random per process; TTL is how
+// long the claim lasts unless renewed, measured by the store's clock (the
+// database server's, where there is one).
+type Lease struct {
+	Owner string
+	TTL   time.Duration
+}
+
+// Ref names one row of a store.
+type Ref struct{ Target, Key string }
 
 // Settings are the key settings a target was first used with. A run whose
 // settings differ would give every payload a new key, so CheckSettings
@@ -128,6 +146,9 @@ var (
 	// ErrInvalidArgument: a call was given a value it cannot store, such as a
 	// confirmation without an identifier.
 	ErrInvalidArgument = errors.New("dedup: invalid argument")
+	// ErrLeased: another owner holds a live lease on the key; Claim
+	// returns the record, unchanged, with this error.
+	ErrLeased = errors.New("dedup: key is leased by another process")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("dedup: store is closed")
 )

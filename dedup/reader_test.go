@@ -172,9 +172,8 @@ func TestReaderRefusesWhatItCannotRead(t *testing.T) {
 			wantErr: fs.ErrNotExist,
 		},
 		{
-			// There is one migration, so no older store can exist yet: the
-			// store is read by a package that writes one version more, as
-			// the next version of this package will.
+			// The store is read by a package that writes one version
+			// more, as the next version of this package will.
 			name:    "a store at an older schema version is refused and not migrated",
 			make:    makeMixed,
 			want:    SchemaVersion() + 1,

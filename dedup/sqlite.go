@@ -109,6 +109,7 @@ type SQLite struct {
 	rdb *sql.DB // read-only pool
 
 	stInsert, stBegin, stConfirm, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
+	stClaimNew, stClaim                                              *sql.Stmt // on wdb
 	stLookup                                                         *sql.Stmt // on rdb
 
 	mu         sync.RWMutex // guards sending on queue against Close
@@ -224,6 +225,8 @@ func (s *SQLite) open() error {
 		{s.wdb, &s.stFail, sqlFail},
 		{s.wdb, &s.stGet, sqlGet},
 		{s.wdb, &s.stReset, sqlReset},
+		{s.wdb, &s.stClaimNew, sqlClaimNew},
+		{s.wdb, &s.stClaim, sqlClaim},
 		{s.rdb, &s.stLookup, sqlGet},
 	} {
 		if *p.st, err = p.db.PrepareContext(ctx, p.text); err != nil {
@@ -316,7 +319,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stLookup} {
+	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stClaimNew, s.stClaim, s.stLookup} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -335,7 +338,7 @@ func (s *SQLite) closeDBs() error {
 // stamp is the current time in the stored form, unix microseconds.
 func (s *SQLite) stamp() int64 { return s.now().UnixMicro() }
 
-const recordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at"
+const recordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at, lease_owner, lease_expires"
 
 const (
 	sqlGet    = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
@@ -374,18 +377,38 @@ const (
 			updated_at = excluded.updated_at
 		WHERE records.state <> 'done'
 		RETURNING ` + recordCols
-	sqlReset = `UPDATE records SET state = 'pending', status = 0, problem = '', updated_at = ?3
+	sqlClaimNew = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
+		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4, ?5, ?6)
+		ON CONFLICT (target, key) DO NOTHING`
+	// sqlClaim takes the lease of an existing row unless another owner's
+	// lease is live; only a pending row counts one more attempt.
+	sqlClaim = `UPDATE records SET
+			attempts = attempts + (state = 'pending'),
+			body = CASE WHEN state = 'pending' THEN coalesce(body, ?3) ELSE body END,
+			updated_at = CASE WHEN state = 'pending' THEN ?4 ELSE updated_at END,
+			lease_owner = ?5, lease_expires = ?6
+		WHERE target = ?1 AND key = ?2 AND (lease_owner = '' OR lease_owner = ?5 OR lease_expires <= ?4)
+		RETURNING ` + recordCols
+	sqlRenew   = `UPDATE records SET lease_expires = ?4 WHERE target = ?1 AND key = ?2 AND lease_owner = ?3`
+	sqlRelease = `UPDATE records SET lease_owner = '', lease_expires = 0,
+			attempts = attempts - (?4 AND state = 'pending')
+		WHERE target = ?1 AND key = ?2 AND lease_owner = ?3`
+	sqlDropUnsent = `DELETE FROM records WHERE target = ?1 AND key = ?2 AND state = 'pending' AND attempts <= 0`
+	sqlReset      = `UPDATE records SET state = 'pending', status = 0, problem = '', updated_at = ?3
 		WHERE target = ?1 AND key = ?2 AND state = 'failed'`
 )
 
 // scanRecord scans the columns of recordCols.
 func scanRecord(row interface{ Scan(...any) error }) (Record, error) {
 	var r Record
-	var created, updated int64
+	var created, updated, expires int64
 	err := row.Scan(&r.Target, &r.Key, &r.State, &r.Outcome, &r.Identifier, &r.Status, &r.Problem,
-		&r.Body, &r.Attempts, &created, &updated)
+		&r.Body, &r.Attempts, &created, &updated, &r.LeaseOwner, &expires)
 	r.CreatedAt = time.UnixMicro(created).UTC()
 	r.UpdatedAt = time.UnixMicro(updated).UTC()
+	if expires != 0 {
+		r.LeaseExpires = time.UnixMicro(expires).UTC()
+	}
 	return r, err
 }
 
