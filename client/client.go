@@ -46,6 +46,12 @@ type Config struct {
 	// RetryFailed re-sends items recorded as failed instead of reporting the
 	// recorded failure again.
 	RetryFailed bool
+	// Lease is how long this client's claim on a key lasts in the store
+	// unless renewed; it is renewed every tenth of that while the deposit
+	// runs. Another process sharing the store does not send that key
+	// meanwhile, and takes it over once a lease expires (its owner died).
+	// Default DefaultLease.
+	Lease time.Duration
 
 	// HTTPClient sends the requests. Nil means a keep-alive client with a
 	// 30 s timeout per attempt. Its Transport is wrapped, never modified.
@@ -150,9 +156,11 @@ type Result struct {
 	// Requests counts the HTTP requests this deposit sent, read-backs
 	// included; Retries counts those that repeated an earlier one.
 	Requests, Retries int
-	// Recovered reports that the store held this key as pending: an earlier
-	// run (or another process) left its outcome uncertain, and this deposit
-	// settled it.
+	// Recovered reports that the store showed this key as possibly sent
+	// by an earlier run or by another process that has since stopped
+	// (pending, last claimed by another), and this deposit settled it.
+	// After a crash it may over-report (an intent whose request never left),
+	// never under-report.
 	Recovered bool
 }
 
@@ -161,7 +169,8 @@ type Result struct {
 // at the same time (the later ones wait and share the first one's result).
 //
 // A Client holds nothing that needs closing: it starts no goroutine that
-// outlives a call, the Store is the caller's to close, and idle keep-alive
+// outlives its deposits (the one renewing leases ends with the last), the
+// Store is the caller's to close, and idle keep-alive
 // connections belong to the HTTP client: Config.HTTPClient's, or the
 // default one's, which closes them after 90 s idle like
 // http.DefaultTransport.
@@ -179,6 +188,7 @@ type Client struct {
 
 	flights  flights
 	lookups  lookups
+	leases   *leaseKeeper
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
 }
@@ -234,6 +244,13 @@ func New(cfg Config) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.Lease == 0:
+		cfg.Lease = DefaultLease
+	case cfg.Lease < 10*time.Millisecond:
+		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
+	}
+	c.leases = newLeaseKeeper(cfg.Store, cfg.Lease, c.log)
 	c.http = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),

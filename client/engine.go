@@ -52,13 +52,38 @@ type runDeposit struct {
 	// primary is the deposit's own row; primaryDone once it is done.
 	primary     *step
 	primaryDone bool
+	// sent says that a request of the primary step may have taken effect:
+	// anything but a connection never made or a refusal that stopped the
+	// run.
+	sent bool
 }
 
-// runSteps resumes a deposit at its first unfinished step. Steps run in
+// runSteps runs a deposit's steps, parking it while another process holds
+// the key's lease: it waits (holding no request slot) and looks again, until
+// that process settles the key or its lease expires.
+func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+	for n := 0; ; n++ {
+		res, err := c.runStepsOnce(ctx, k, dir, drain)
+		var leased errLeasedElsewhere
+		if !errors.As(err, &leased) {
+			return res, err
+		}
+		if n == 0 {
+			c.log.Debug("parked", "key", k.Key, "leased_until", leased.rec.LeaseExpires)
+		}
+		if perr := c.park(ctx, drain, n, leased.rec.LeaseExpires); perr != nil {
+			return res, fmt.Errorf("%w (%w)", perr, err)
+		}
+	}
+}
+
+// runStepsOnce resumes a deposit at its first unfinished step. Steps run in
 // order and a step runs only once the earlier ones are confirmed, so a
 // durable step found done means every step before it is finished: those are
-// answered from the store without a request.
-func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+// answered from the store without a request. The rest run under the key's
+// lease, claimed with the deposit's intent; a lease another process holds
+// is returned as errLeasedElsewhere, before anything is sent.
+func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (_ Result, err error) {
 	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}}
 	steps, err := c.target.steps(k, dir)
 	if err != nil {
@@ -113,9 +138,14 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		}
 		recs[i] = nil
 	}
+	// An uncertain step is recovered when this process did not claim the
+	// key last: an earlier run or another process may have sent it.
+	recoverable := false
 	for i := start; i < len(steps); i++ {
 		if rec := recs[i]; rec != nil && rec.State == dedup.StatePending {
-			r.res.Recovered = true
+			if recs[pi] == nil || recs[pi].LeaseOwner != c.leases.lease.Owner {
+				recoverable = true
+			}
 			if s := steps[i]; s.retention > 0 && time.Since(rec.CreatedAt) > s.retention {
 				c.log.Warn("resuming an uncertain deposit older than the server's key retention; the server may not recognise its Idempotency-Key and could create a second record",
 					"key", k.Key, "pending_since", rec.CreatedAt, "retention", s.retention)
@@ -126,25 +156,43 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		return r.res, nil
 	}
 
-	// The deposit's intent: recorded before its first request, whichever
-	// step sends it.
+	// The deposit's intent and its lease, claimed before its first request
+	// whichever step sends it, and held until the deposit ends.
+	var body []byte
+	if r.primary.keepBody {
+		body = k.Body
+	}
+	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
+	claimed, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
+	if errors.Is(err, dedup.ErrLeased) {
+		return r.res, errLeasedElsewhere{rec: claimed}
+	}
+	if err != nil {
+		return r.res, c.storeError(err)
+	}
+	ctx, drop := c.leases.hold(ctx, ref)
+	defer drop()
+	defer func() {
+		err = leaseError(ctx, err)
+		if err != nil {
+			r.release(ctx, ref)
+		}
+	}()
+
 	var primaryBody []byte
 	uncertain := make([]bool, len(steps))
-	if !r.primaryDone {
-		rec, err := r.begin(ctx, r.primary, k.Body)
-		if err != nil {
-			return r.res, err
-		}
-		switch rec.State {
-		case dedup.StateDone: // another process settled it meanwhile
-			r.replay(rec)
-			prior[pi], start = rec.Identifier, pi+1
-		case dedup.StateFailed:
-			return r.res, r.recordedFailure(r.primary, prior[:pi], rec)
-		default:
-			primaryBody = rec.Body
-			uncertain[pi] = rec.Attempts > 1
-		}
+	switch {
+	case claimed.State == dedup.StateDone && !r.primaryDone: // another process settled it meanwhile
+		r.replay(claimed)
+		prior[pi], start = claimed.Identifier, pi+1
+	case claimed.State == dedup.StateFailed && !r.primaryDone:
+		return r.res, r.recordedFailure(r.primary, prior[:pi], claimed)
+	case claimed.State == dedup.StatePending:
+		primaryBody = claimed.Body
+		uncertain[pi] = claimed.Attempts > 1
+		r.res.Recovered = recoverable && claimed.Attempts > 1
+	default:
+		r.res.Recovered = recoverable
 	}
 
 	for i := start; i < len(steps); i++ {
@@ -174,6 +222,17 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		prior[i] = id
 	}
 	return r.res, nil
+}
+
+// release ends the lease of a deposit that did not finish, so that another
+// process need not wait for it to expire. When nothing the deposit sent can
+// have created its record, the intent is taken back too: the key does not
+// look uncertain to the next run.
+func (r *runDeposit) release(ctx context.Context, ref dedup.Ref) {
+	unsent := !r.sent && !r.primaryDone
+	if err := r.c.store.Release(context.WithoutCancel(ctx), r.c.leases.lease.Owner, ref, unsent); err != nil {
+		r.c.log.Warn("could not release a lease; it expires by itself", "key", ref.Key, "error", err)
+	}
 }
 
 // replay takes the primary step's stored outcome as the deposit's result.
@@ -213,7 +272,13 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 	req.header = c.withUserHeader(req.header)
 
 	x := c.newExchange(r.key, r.drain)
-	defer func() { r.res.Requests += x.requests; r.res.Retries += x.retries }()
+	defer func() {
+		r.res.Requests += x.requests
+		r.res.Retries += x.retries
+		if s.primary && x.effect {
+			r.sent = true
+		}
+	}()
 
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.

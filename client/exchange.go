@@ -35,7 +35,10 @@ type exchange struct {
 	inFlight int
 	// stopped says why retrying stopped, when it did.
 	stopped error
-	sent    time.Time
+	// effect says that a request sent may have taken effect: any answer
+	// but a connection never made or a refusal that stops the run.
+	effect bool
+	sent   time.Time
 	// spentTimeout records what the last retry cost, for the refund.
 	spentTimeout bool
 }
@@ -69,6 +72,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		} else {
 			v = judge(last)
 			cls = v.class
+		}
+		if !madeNoChange(last, cls) {
+			x.effect = true
 		}
 		x.requestDone(last, req.method)
 		if cls == classCreated || cls == classExists {
@@ -136,7 +142,22 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	}
 }
 
-// requestDone reports one request to the OnRequest hook.
+// madeNoChange reports whether an answer proves that its request changed
+// nothing on the server: the connection was never made (refused, or the
+// host did not resolve), or the server refused in a way that concerns every
+// item (classStop: credentials, a missing endpoint).
+func madeNoChange(a answer, cls class) bool {
+	if a.err == nil {
+		return cls == classStop
+	}
+	var dns *net.DNSError
+	if errors.As(a.err, &dns) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(a.err, &op) && op.Op == "dial"
+}
+
 // requestDone reports one request to the OnRequest hook and, at Debug, to
 // the log (URL redacted, transport errors scrubbed of it).
 func (x *exchange) requestDone(a answer, method string) {

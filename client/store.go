@@ -45,7 +45,8 @@ type Store interface {
 	// Renew extends lease.Owner's leases on refs to lease.TTL from now and
 	// returns the refs it no longer holds (taken over after they expired).
 	Renew(ctx context.Context, lease dedup.Lease, refs []dedup.Ref) (lost []dedup.Ref, err error)
-	// Release gives up owner's lease on ref, if it still holds it. With
+	// Release ends owner's lease on ref, if it still holds it; the row
+	// keeps owner as its last claimer (Record.LeaseOwner). With
 	// unsent, nothing the deposit sent can have taken effect: the attempt
 	// Claim counted is taken back, and a pending row left without attempts
 	// is removed, so the key does not look uncertain.

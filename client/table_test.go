@@ -99,6 +99,9 @@ func newTestClient(t *testing.T, endpoint string, proto string, store Store) *Cl
 
 const payload = `{"title":"Reef Temperature Series","creators":["Vega, A."]}`
 
+// stateNoRow is the wanted state of a key the store must not hold.
+const stateNoRow dedup.State = ""
+
 func TestProtocolTable(t *testing.T) {
 	created := reply{status: 201, body: `{"identifier":"10.5072/abc","id":"10.5072/abc"}`}
 	readOK := reply{status: 200, body: `{"identifier":"10.5072/found"}`}
@@ -135,10 +138,10 @@ func TestProtocolTable(t *testing.T) {
 		{name: "put 413 is terminal", proto: protocol.Put, script: []reply{{status: 413}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
 		{name: "put 415 is terminal", proto: protocol.Put, script: []reply{{status: 415}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
 		{name: "put 428 is terminal", proto: protocol.Put, script: []reply{{status: 428}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "put 401 stops the run", proto: protocol.Put, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 403 stops the run", proto: protocol.Put, script: []reply{{status: 403}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 404 stops the run", proto: protocol.Put, script: []reply{{status: 404}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "put 501 stops the run", proto: protocol.Put, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "put 401 stops the run", proto: protocol.Put, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
+		{name: "put 403 stops the run", proto: protocol.Put, script: []reply{{status: 403}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
+		{name: "put 404 stops the run", proto: protocol.Put, script: []reply{{status: 404}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
+		{name: "put 501 stops the run", proto: protocol.Put, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
 		{name: "put 429 with Retry-After is retried", proto: protocol.Put, script: []reply{retry(429), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
 		{name: "put 503 with Retry-After is retried", proto: protocol.Put, script: []reply{retry(503), created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
 		{name: "put 500 is retried with the same key", proto: protocol.Put, script: []reply{{status: 500}, created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, wantState: dedup.StateDone},
@@ -152,8 +155,8 @@ func TestProtocolTable(t *testing.T) {
 		{name: "idempotency-key 409 in flight is retried", proto: protocol.IdempotencyKey, script: []reply{{status: 409}, {status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
 		{name: "idempotency-key 422 key reused is terminal", proto: protocol.IdempotencyKey, script: []reply{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
 		{name: "idempotency-key 412 is terminal", proto: protocol.IdempotencyKey, script: []reply{{status: 412}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
-		{name: "idempotency-key 501 stops and is never retried", proto: protocol.IdempotencyKey, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
-		{name: "idempotency-key 401 stops the run", proto: protocol.IdempotencyKey, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: dedup.StatePending},
+		{name: "idempotency-key 501 stops and is never retried", proto: protocol.IdempotencyKey, script: []reply{{status: 501}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
+		{name: "idempotency-key 401 stops the run", proto: protocol.IdempotencyKey, script: []reply{{status: 401}}, writes: 1, wantErr: ErrStopRun, wantState: stateNoRow},
 		{name: "idempotency-key 503 is retried", proto: protocol.IdempotencyKey, script: []reply{retry(503), {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
 		{name: "idempotency-key 500 is retried with the same key", proto: protocol.IdempotencyKey, script: []reply{{status: 500}, {status: 201, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 2, wantState: dedup.StateDone},
 	}
@@ -168,8 +171,14 @@ func TestProtocolTable(t *testing.T) {
 			require.Equal(t, tt.reads, srv.readCount(), "read-back requests")
 			require.Equal(t, tt.writes+tt.reads, res.Requests, "requests counted by the client")
 			rec, lerr := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
-			require.NoError(t, lerr)
-			require.Equal(t, tt.wantState, rec.State)
+			if tt.wantState == stateNoRow {
+				// A refusal that stops the run created nothing: the key
+				// must not look uncertain to the next run.
+				require.ErrorIs(t, lerr, dedup.ErrNotFound)
+			} else {
+				require.NoError(t, lerr)
+				require.Equal(t, tt.wantState, rec.State)
+			}
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				return

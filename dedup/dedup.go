@@ -72,9 +72,10 @@ type Record struct {
 	Attempts int
 	// CreatedAt and UpdatedAt are in UTC, with microsecond precision.
 	CreatedAt, UpdatedAt time.Time
-	// LeaseOwner is the process that last claimed the key ("" if none or
-	// released), LeaseExpires when that claim ends unless renewed, by the
-	// store's clock. A lease whose time has passed is free to be taken.
+	// LeaseOwner is the process that last claimed the key ("" if none
+	// has), LeaseExpires when that claim ends unless renewed, by the
+	// store's clock (zero once released). A lease whose time has passed is
+	// free to be taken.
 	LeaseOwner   string
 	LeaseExpires time.Time
 }

@@ -107,7 +107,8 @@ func (s *SQLite) Renew(ctx context.Context, lease Lease, refs []Ref) ([]Ref, err
 	return lost, nil
 }
 
-// Release gives up owner's lease on ref, if owner still holds it. With
+// Release ends owner's lease on ref, if owner still holds it; the row keeps
+// owner as its last claimer. With
 // unsent, the deposit sent nothing that could have taken effect (the server
 // answered that nothing was created, or no connection was made): the
 // attempt that Claim counted is taken back, and a pending row with no

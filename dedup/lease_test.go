@@ -119,7 +119,7 @@ func runLeaseTests(t *testing.T, open func(t *testing.T) leaseStore) {
 		require.NoError(t, s.Release(ctx, a.Owner, ref, false))
 		r, err := s.Lookup(ctx, target, "k")
 		require.NoError(t, err)
-		require.Equal(t, "", r.LeaseOwner)
+		require.Equal(t, "owner-a", r.LeaseOwner, "the last claimer is kept")
 		require.True(t, r.LeaseExpires.IsZero())
 		require.Equal(t, StatePending, r.State, "a release keeps the intent")
 		r, err = s.Claim(ctx, target, "k", nil, b)

@@ -387,10 +387,13 @@ const (
 			body = CASE WHEN state = 'pending' THEN coalesce(body, ?3) ELSE body END,
 			updated_at = CASE WHEN state = 'pending' THEN ?4 ELSE updated_at END,
 			lease_owner = ?5, lease_expires = ?6
-		WHERE target = ?1 AND key = ?2 AND (lease_owner = '' OR lease_owner = ?5 OR lease_expires <= ?4)
+		WHERE target = ?1 AND key = ?2 AND (lease_owner = ?5 OR lease_expires <= ?4)
 		RETURNING ` + recordCols
-	sqlRenew   = `UPDATE records SET lease_expires = ?4 WHERE target = ?1 AND key = ?2 AND lease_owner = ?3`
-	sqlRelease = `UPDATE records SET lease_owner = '', lease_expires = 0,
+	sqlRenew = `UPDATE records SET lease_expires = ?4 WHERE target = ?1 AND key = ?2 AND lease_owner = ?3 AND lease_expires <> 0`
+	// sqlRelease ends the lease but keeps its owner, the key's last
+	// claimer, which tells a later deposit whether an uncertain row is its
+	// own process's or another's.
+	sqlRelease = `UPDATE records SET lease_expires = 0,
 			attempts = attempts - (?4 AND state = 'pending')
 		WHERE target = ?1 AND key = ?2 AND lease_owner = ?3`
 	sqlDropUnsent = `DELETE FROM records WHERE target = ?1 AND key = ?2 AND state = 'pending' AND attempts <= 0`

@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/dedup"
+)
+
+// gatedServer is a PUT server that holds each write until its gate opens,
+// and counts the writes it received while another was being handled.
+type gatedServer struct {
+	*httptest.Server
+	gate     chan struct{}
+	writes   atomic.Int64
+	inFlight atomic.Int64
+	overlaps atomic.Int64
+}
+
+func newGatedServer(t *testing.T) *gatedServer {
+	g := &gatedServer{gate: make(chan struct{})}
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read the body first: only then does the server notice a client
+		// that hangs up.
+		io.Copy(io.Discard, r.Body)
+		g.writes.Add(1)
+		if g.inFlight.Add(1) > 1 {
+			g.overlaps.Add(1)
+		}
+		defer g.inFlight.Add(-1)
+		select {
+		case <-g.gate:
+			w.WriteHeader(http.StatusCreated)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(g.Close)
+	return g
+}
+
+func newLeaseClient(t *testing.T, endpoint string, store Store, lease time.Duration) *Client {
+	t.Helper()
+	c, err := New(Config{Target: Put{Endpoint: endpoint}, Store: store, Retry: fastRetry, Lease: lease})
+	require.NoError(t, err)
+	return c
+}
+
+// Two clients sharing a store, as two processes would, deposit one payload
+// at once: the second does not send while the first holds the key's lease,
+// and replays the first one's result once it is settled.
+func TestALeasedKeyIsNotSentByAnotherProcess(t *testing.T) {
+	srv := newGatedServer(t)
+	store := openStore(t)
+	first := newLeaseClient(t, srv.URL, store, time.Minute)
+	second := newLeaseClient(t, srv.URL, store, time.Minute)
+
+	firstDone := make(chan Result, 1)
+	go func() {
+		res, err := first.Deposit(context.Background(), []byte(payload))
+		require.NoError(t, err)
+		firstDone <- res
+	}()
+	for srv.writes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	secondDone := make(chan Result, 1)
+	go func() {
+		res, err := second.Deposit(context.Background(), []byte(payload))
+		require.NoError(t, err)
+		secondDone <- res
+	}()
+	// Let the second look a few times; it must not send meanwhile.
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, int64(1), srv.writes.Load(), "the second client sent a key leased by the first")
+	close(srv.gate)
+
+	a, b := <-firstDone, <-secondDone
+	require.Equal(t, OutcomeCreated, a.Outcome)
+	require.Equal(t, OutcomeReplayed, b.Outcome)
+	require.Equal(t, a.Identifier, b.Identifier)
+	require.Zero(t, b.Requests)
+	require.False(t, b.Recovered, "the key was settled by a live process, not recovered")
+	require.Zero(t, srv.overlaps.Load())
+}
+
+// A lease whose owner died (it stopped renewing) is taken over once it
+// expires: the key is sent again and reported recovered.
+func TestAnExpiredLeaseIsTakenOver(t *testing.T) {
+	srv := newGatedServer(t)
+	close(srv.gate)
+	store := openStore(t)
+	c := newLeaseClient(t, srv.URL, store, time.Minute)
+	k, err := c.Key([]byte(payload))
+	require.NoError(t, err)
+	// The dead process: it claimed the key for 300 ms and never renewed.
+	_, err = store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, dedup.Lease{Owner: "dead", TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+
+	start := time.Now()
+	res, err := c.Deposit(context.Background(), []byte(payload))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "sent before the dead process's lease expired")
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.True(t, res.Recovered)
+	require.Equal(t, int64(1), srv.writes.Load())
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), k.Key)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StateDone, rec.State)
+	require.Equal(t, 2, rec.Attempts)
+}
+
+// lossyStore is a store whose renewals report every lease lost, or fail.
+type lossyStore struct {
+	*dedup.SQLite
+	fail atomic.Bool // renewals fail instead of reporting losses
+}
+
+func (s *lossyStore) Renew(ctx context.Context, l dedup.Lease, refs []dedup.Ref) ([]dedup.Ref, error) {
+	if s.fail.Load() {
+		return nil, errors.New("connection to the store lost")
+	}
+	return refs, nil
+}
+
+// A deposit whose lease is lost (taken over after this process stalled, or
+// no longer renewable) stops sending: it ends unresolved with ErrLeaseLost,
+// and the loss is counted.
+func TestALostLeaseStopsTheDeposit(t *testing.T) {
+	for _, renewFails := range []bool{false, true} {
+		name := "taken over"
+		if renewFails {
+			name = "store unreachable"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := newGatedServer(t) // never opened: the write hangs
+			store := &lossyStore{SQLite: openStore(t)}
+			store.fail.Store(renewFails)
+			c := newLeaseClient(t, srv.URL, store, 100*time.Millisecond)
+			res, err := c.Deposit(context.Background(), []byte(payload))
+			require.ErrorIs(t, err, ErrLeaseLost)
+			require.ErrorIs(t, err, ErrUnresolved)
+			require.Equal(t, int64(1), c.LeasesLost())
+			rec, lerr := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
+			require.NoError(t, lerr)
+			require.Equal(t, dedup.StatePending, rec.State, "the request may have landed: the intent stays")
+		})
+	}
+}
+
+// An endpoint that refuses connections received nothing: the key is not
+// left uncertain, so a later run does not report it recovered.
+func TestARefusedConnectionLeavesNoIntent(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	endpoint := "http://" + l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: endpoint}, Store: store,
+		Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 2}})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), []byte(payload))
+	require.ErrorIs(t, err, ErrUnresolved)
+	_, lerr := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
+	require.ErrorIs(t, lerr, dedup.ErrNotFound)
+}
+
+// recovered means "an earlier run or another process may have sent it": a
+// key this client itself left unresolved earlier is not recovered when it
+// comes round again; a new client (the next run) finds it recovered.
+func TestRecoveredMeansAnotherRunOrProcess(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	policy := backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}
+	newClient := func() *Client {
+		c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: policy})
+		require.NoError(t, err)
+		return c
+	}
+	run := newClient()
+	_, err := run.Deposit(context.Background(), []byte(payload))
+	require.ErrorIs(t, err, ErrUnresolved)
+	_, err = run.Deposit(context.Background(), []byte(payload))
+	require.ErrorIs(t, err, ErrUnresolved)
+
+	fail.Store(false)
+	res, err := run.Deposit(context.Background(), []byte(payload))
+	require.NoError(t, err)
+	require.False(t, res.Recovered, "this run itself left the key uncertain")
+
+	// The same story across runs.
+	fail.Store(true)
+	other := []byte(`{"title":"another"}`)
+	_, err = run.Deposit(context.Background(), other)
+	require.ErrorIs(t, err, ErrUnresolved)
+	fail.Store(false)
+	res, err = newClient().Deposit(context.Background(), other)
+	require.NoError(t, err)
+	require.True(t, res.Recovered)
+}
+
+// Many goroutines in two clients on one store deposit the same payloads:
+// the server never sees two writes of one key at once.
+func TestClientsSharingAStoreNeverOverlapOnAKey(t *testing.T) {
+	var mu sync.Mutex
+	active := map[string]bool{}
+	var overlaps, writes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writes.Add(1)
+		mu.Lock()
+		if active[r.URL.Path] {
+			overlaps.Add(1)
+		}
+		active[r.URL.Path] = true
+		mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		delete(active, r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	clients := []*Client{newLeaseClient(t, srv.URL, store, time.Minute), newLeaseClient(t, srv.URL, store, time.Minute)}
+	const items = 40
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range items {
+					p := fmt.Appendf(nil, `{"n":%d}`, i)
+					_, err := c.Deposit(context.Background(), p)
+					require.NoError(t, err, "goroutine %d", g)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load())
+	require.Equal(t, int64(items), writes.Load(), "each key written once")
+}
