@@ -30,8 +30,8 @@ type progress struct {
 	tty   bool
 	width func() int // terminal width, tty only
 	start time.Time
-	size  int64         // input size in bytes, 0 when unknown (not a regular file)
-	read  *atomic.Int64 // input bytes consumed
+	size  int64        // input size in bytes, 0 when unknown (not a regular file)
+	read  func() int64 // input bytes consumed
 
 	requests atomic.Int64 // HTTP requests sent, counted by a client hook
 
@@ -60,7 +60,7 @@ func isTerminal(w io.Writer) (bool, func() int) {
 
 // newProgress starts reporting on w. interval is the refresh interval; 0
 // means barInterval on a terminal and lineInterval otherwise.
-func newProgress(w io.Writer, size int64, read *atomic.Int64, interval time.Duration) *progress {
+func newProgress(w io.Writer, size int64, read func() int64, interval time.Duration) *progress {
 	tty, width := isTerminal(w)
 	p := &progress{w: w, tty: tty, width: width, start: time.Now(), size: size, read: read, done: make(chan struct{})}
 	switch {
@@ -187,7 +187,7 @@ func (p *progress) fraction() float64 {
 	if p.size <= 0 {
 		return -1
 	}
-	return min(1, float64(p.read.Load())/float64(p.size))
+	return min(1, float64(p.read())/float64(p.size))
 }
 
 // status is the progress text of a log line: counts, rate, ETA; p.mu held.

@@ -221,8 +221,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	defer store.Close()
 
-	lr := newLineReader(in, int(o.maxLineBytes))
-	prog := newProgress(s.stderr, size, &lr.read, 0)
+	lr := client.NewLineReader(in, int(o.maxLineBytes))
+	prog := newProgress(s.stderr, size, lr.BytesRead, 0)
 	defer prog.stop()
 
 	cl, err := client.New(client.Config{
@@ -263,11 +263,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 
-	var (
-		readErr   error
-		keyReused int // failed: 422 under idempotency-key
-	)
-	sum, runErr := cl.Run(ctx, items(lr, form, o.datasets, &readErr), client.BatchOptions{
+	var keyReused int // failed: 422 under idempotency-key
+	sum, runErr := cl.Run(ctx, items(lr.Items(), form, o.datasets), client.BatchOptions{
 		Concurrency: o.concurrency,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
@@ -282,13 +279,14 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		},
 	})
 	prog.stop()
+	readErr := lr.Err()
 
 	// A run that stopped early says how much of the input it never read:
 	// its total counts only the lines it read. A terminal is not read on
 	// (it has no end until the user types one).
 	var unread int64
 	if runErr != nil && readErr == nil && !o.stdinTerminal(s) {
-		if unread, err = lr.rest(); err != nil {
+		if unread, err = lr.Remaining(); err != nil {
 			readErr = fmt.Errorf("counting the lines not read: %w", err)
 		}
 	}
