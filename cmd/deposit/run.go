@@ -264,7 +264,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 
 	var keyReused int // failed: 422 under idempotency-key
-	sum, runErr := cl.Run(ctx, items(lr.Items(), form, o.datasets), client.BatchOptions{
+	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
