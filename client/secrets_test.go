@@ -76,3 +76,18 @@ func TestATargetNameWithoutCredentialsIsUnchanged(t *testing.T) {
 	require.Equal(t, "datacite https://api.test.datacite.org?client=x 10.5072", c.StoreTarget())
 	require.False(t, strings.Contains(c.StoreTarget(), "redacted"))
 }
+
+// An endpoint that is not a URL is named as the caller wrote it, without
+// percent-encoding and without its query, whatever made it unusable.
+func TestABadEndpointIsNamedAsWrittenWithoutItsQuery(t *testing.T) {
+	for _, tc := range []struct{ endpoint, want string }{
+		{"not a url?token=QSECRET", `endpoint "not a url": scheme must be http or https`},
+		{"http://exa mple.org/x?token=QSECRET", `endpoint "http://exa mple.org/x": invalid character " " in host name`},
+		{"http:///x?token=QSECRET", `endpoint "http:///x": no host`},
+	} {
+		_, err := New(Config{Target: Put{Endpoint: tc.endpoint}, Store: openStore(t)})
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), "QSECRET")
+	}
+}

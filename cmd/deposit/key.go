@@ -69,7 +69,7 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		if err != nil {
 			invalid++
 			out.Flush()
-			fmt.Fprintf(s.stderr, "line %d: invalid: %s\n", it.Line, oneLine(err))
+			fmt.Fprintf(s.stderr, "line %d: invalid: %s\n", it.Line, invalidReason(err))
 			continue
 		}
 		fmt.Fprintf(out, "%d\t%s\n", it.Line, key)

@@ -105,3 +105,20 @@ func rewrite(rawURL string, replace func(name, value string) (string, bool)) str
 	}
 	return out
 }
+
+// Shown is rawURL as written, for a message about it, without what may
+// hold a credential: user info, query and fragment. It needs no parse, so
+// it serves for a URL that does not parse too.
+func Shown(rawURL string) string {
+	s := strings.TrimSpace(rawURL)
+	if i := strings.IndexAny(s, "?#"); i >= 0 {
+		s = s[:i]
+	}
+	if _, rest, ok := strings.Cut(s, "://"); ok {
+		authority, _, _ := strings.Cut(rest, "/")
+		if at := strings.LastIndex(authority, "@"); at >= 0 {
+			s = s[:len(s)-len(rest)] + rest[at+1:]
+		}
+	}
+	return s
+}

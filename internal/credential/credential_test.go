@@ -57,3 +57,15 @@ func hex16(value string) string {
 	sum := sha256.Sum256([]byte(value))
 	return hex.EncodeToString(sum[:])[:16]
 }
+
+func TestShown(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"not a url", "not a url"},
+		{" https://repo.example/recs?access_token=QSECRET#top ", "https://repo.example/recs"},
+		{"https://user:QSECRET@repo.example/recs", "https://repo.example/recs"},
+		{"http://exa mple.org/x y?token=QSECRET", "http://exa mple.org/x y"},
+		{"repo.example/a@b", "repo.example/a@b"},
+	} {
+		require.Equal(t, tc.want, Shown(tc.in), tc.in)
+	}
+}
