@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
-	"github.com/depositkit/deposit/internal/jsonpointer"
 	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/depositkit/deposit/internal/credential"
+	"github.com/depositkit/deposit/internal/jsonpointer"
 )
 
 // maxAnswerBytes bounds how much of a response body is read: enough for an
@@ -19,13 +21,14 @@ const maxAnswerBytes = 64 << 10
 
 // identifierFrom applies the design's identifier rule to a create answer:
 // the first pointer that names a string in a JSON body, else Location
-// resolved against the request URL, else the record URL.
+// resolved against the request URL (without its credentials, which a bare
+// Location would otherwise inherit), else the record URL.
 func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
 	if id, ok := stringAtPointers(body, pointers); ok {
 		return id
 	}
 	if loc := header.Get("Location"); loc != "" {
-		if base, err := url.Parse(requestURL); err == nil {
+		if base, err := url.Parse(credential.Strip(requestURL)); err == nil {
 			if ref, err := url.Parse(loc); err == nil {
 				return base.ResolveReference(ref).String()
 			}

@@ -177,3 +177,20 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatalf("%d requests during replay", got)
 	}
 }
+
+// BenchmarkLineReader measures reading JSON Lines into items: the cost per
+// line before any key is computed.
+func BenchmarkLineReader(b *testing.B) {
+	var buf bytes.Buffer
+	for i := range 10000 {
+		fmt.Fprintf(&buf, `{"title":"record %d","n":%d,"keywords":["a","b","c"]}`+"\n", i, i)
+	}
+	data := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		lr := NewLineReader(bytes.NewReader(data), DefaultMaxLineBytes)
+		for range lr.Items() {
+		}
+	}
+}

@@ -267,8 +267,9 @@ func New(cfg Config) (*Client, error) {
 }
 
 // StoreTarget is the name under which the store keeps this client's
-// deposits: the protocol and the normalised endpoint (and the DOI prefix
-// under DataCite). Steps after the create have names of their own.
+// deposits: the protocol and the normalised endpoint, a credential in its
+// query replaced by a digest (and the DOI prefix under DataCite). Steps
+// after the create have names of their own.
 func (c *Client) StoreTarget() string { return c.target.name() }
 
 // Key returns the key and request body of a payload without depositing it.

@@ -38,6 +38,12 @@
 // once when the context ends or the batch stops. The
 // last answer is never lost, and nothing is logged unless a Logger is given.
 //
+// A credential in an endpoint's query string (?access_token=..., ?api_key=...)
+// is sent with every request and kept nowhere else: the store's target name
+// holds a digest of its value, record URLs used as identifiers leave it out,
+// and logs and errors give no query at all. A header (Config.Header) is still
+// the better place for it: a new token in the query is a new target name.
+//
 // Under the idempotency-key protocol, correctness rests on the server's own
 // limits: it holds while the server keeps completed keys (the IRI reference:
 // 24 h) and while its in-flight lock outlives the request (IRI: 60 s, not

@@ -4,11 +4,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/depositkit/deposit/internal/credential"
 )
 
 // endpointOf returns a target's Endpoint normalised; field names it in the
@@ -27,15 +30,19 @@ func endpointOf(field, raw string) (string, error) {
 // is part of the resource.
 func normalizeEndpoint(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err // without the URL, which may hold a token
+	}
 	if err != nil {
-		return "", fmt.Errorf("endpoint: %w", err)
+		return "", fmt.Errorf("endpoint %q: %w", credential.Shown(raw), err)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != "http" && scheme != "https" {
-		return "", fmt.Errorf("endpoint %q: scheme must be http or https", redactURL(raw))
+		return "", fmt.Errorf("endpoint %q: scheme must be http or https", credential.Shown(raw))
 	}
 	if u.Host == "" {
-		return "", fmt.Errorf("endpoint %q: no host", redactURL(raw))
+		return "", fmt.Errorf("endpoint %q: no host", credential.Shown(raw))
 	}
 	host := strings.ToLower(u.Hostname())
 	if strings.Contains(host, ":") {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/jsonpointer"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -27,7 +28,8 @@ type Target interface {
 // driver is a Target ready for the engine.
 type driver interface {
 	// name is the store target of the deposit's own rows: the protocol and
-	// the normalised endpoint (and the DOI prefix, for DataCite).
+	// the normalised endpoint (and the DOI prefix, for DataCite), built by
+	// targetName so that no credential is stored.
 	name() string
 	// stepTargets are the store targets of its other durable steps.
 	stepTargets() []string
@@ -133,7 +135,7 @@ func pointers(user string, defaults ...string) ([]string, error) {
 	return []string{user}, nil
 }
 
-func (d putDriver) name() string              { return protocol.Put + " " + d.endpoint }
+func (d putDriver) name() string              { return targetName(protocol.Put, d.endpoint) }
 func (d putDriver) stepTargets() []string     { return nil }
 func (d putDriver) secretFingerprint() string { return "" }
 func (d putDriver) guards(name string) bool   { return guardsConditional(name) }
@@ -143,9 +145,9 @@ func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
 		build:    conditionalPut(url, k.Body),
-		judge:    conditionalJudge(d.pointers, d.userPointer, url),
+		judge:    conditionalJudge(d.pointers, d.userPointer, credential.Strip(url)),
 		check:    readBack(url, d.pointers, d.userPointer, nil),
-		fallback: url,
+		fallback: credential.Strip(url),
 	}}, nil
 }
 
@@ -256,13 +258,13 @@ func (t IdempotencyKey) driver() (driver, error) {
 	return d, nil
 }
 
-func (d idempotencyKeyDriver) name() string              { return protocol.IdempotencyKey + " " + d.endpoint }
+func (d idempotencyKeyDriver) name() string              { return targetName(protocol.IdempotencyKey, d.endpoint) }
 func (d idempotencyKeyDriver) stepTargets() []string     { return nil }
 func (d idempotencyKeyDriver) secretFingerprint() string { return secretFingerprint(d.secret) }
 func (d idempotencyKeyDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	record := recordURL(d.endpoint, k.Key)
+	record := credential.Strip(recordURL(d.endpoint, k.Key))
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
 		keepBody: true, retention: d.retention,
@@ -317,6 +319,15 @@ func classifyCommon(a answer) class {
 		// confirmation. Ambiguous, so the attempt limit settles it.
 		return classAmbiguous
 	}
+}
+
+// targetName is the store target of a protocol at a normalised endpoint:
+// the protocol, a space and the endpoint, with the value of each credential
+// in its query (?access_token=...) replaced by its digest, so that the store
+// never holds a token and an endpoint without one keeps the name earlier
+// versions gave it.
+func targetName(proto, endpoint string) string {
+	return proto + " " + credential.Digest(endpoint)
 }
 
 // recordURL is {endpoint}/{name}, the endpoint's query kept after the name.

@@ -135,13 +135,13 @@ func (t DataCite) driver() (driver, error) {
 }
 
 func (d dataciteDriver) name() string {
-	return protocol.DataCite + " " + d.endpoint + " " + d.prefix
+	return targetName(protocol.DataCite, d.endpoint) + " " + d.prefix
 }
 
 // eventTarget is the store target of the event step: its own namespace, so
 // a DOI created but not yet published is found by the next run.
 func (d dataciteDriver) eventTarget() string {
-	return protocol.DataCite + "-" + d.event + " " + d.endpoint + " " + d.prefix
+	return targetName(protocol.DataCite+"-"+d.event, d.endpoint) + " " + d.prefix
 }
 
 func (d dataciteDriver) stepTargets() []string {

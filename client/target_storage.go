@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -60,7 +61,7 @@ func (t WebDAV) driver() (driver, error) {
 	return webdavDriver{ep}, err
 }
 
-func (d webdavDriver) name() string              { return protocol.WebDAV + " " + d.endpoint }
+func (d webdavDriver) name() string              { return targetName(protocol.WebDAV, d.endpoint) }
 func (d webdavDriver) stepTargets() []string     { return nil }
 func (d webdavDriver) secretFingerprint() string { return "" }
 func (d webdavDriver) guards(name string) bool   { return guardsConditional(name) }
@@ -85,7 +86,7 @@ func (d webdavDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			}
 			return v
 		},
-		fallback: url,
+		fallback: credential.Strip(url),
 	}}, nil
 }
 
@@ -111,7 +112,7 @@ func (t S3) driver() (driver, error) {
 	return s3Driver{endpoint: ep, creds: t.AWS}, nil
 }
 
-func (d s3Driver) name() string              { return protocol.S3 + " " + d.endpoint }
+func (d s3Driver) name() string              { return targetName(protocol.S3, d.endpoint) }
 func (d s3Driver) stepTargets() []string     { return nil }
 func (d s3Driver) secretFingerprint() string { return "" }
 
@@ -164,7 +165,7 @@ func (d s3Driver) steps(k canonical.Keyed, dir string) ([]step, error) {
 			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
 		},
 		judge:    judgeS3,
-		fallback: recordURL(d.endpoint, name),
+		fallback: credential.Strip(recordURL(d.endpoint, name)),
 	}), nil
 }
 
@@ -303,7 +304,7 @@ func (t CouchDB) driver() (driver, error) {
 	return couchdbDriver{ep}, err
 }
 
-func (d couchdbDriver) name() string              { return protocol.CouchDB + " " + d.endpoint }
+func (d couchdbDriver) name() string              { return targetName(protocol.CouchDB, d.endpoint) }
 func (d couchdbDriver) stepTargets() []string     { return nil }
 func (d couchdbDriver) secretFingerprint() string { return "" }
 func (d couchdbDriver) guards(name string) bool   { return guardsConditional(name) }
@@ -334,7 +335,7 @@ func (d couchdbDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			}
 			return verdict{class: classifyCommon(a)}
 		},
-		fallback: url,
+		fallback: credential.Strip(url),
 	}}, nil
 }
 

@@ -444,8 +444,8 @@ func blob(b []byte) any {
 }
 
 // CheckSettings records s for target on first use; later calls with other
-// settings (Ignore compared as a set) return an error wrapping
-// ErrSettingsMismatch that names both.
+// settings (Ignore compared as a set) return a *SettingsMismatchError,
+// which wraps ErrSettingsMismatch and names both.
 func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings) error {
 	if target == "" {
 		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
@@ -478,7 +478,7 @@ func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings)
 		}
 		if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint {
 			given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint}
-			mismatch = fmt.Errorf("%w: target %s was first used with %s, now %s", ErrSettingsMismatch, target, describe(rec), describe(given))
+			mismatch = &SettingsMismatchError{Target: target, Recorded: rec, Given: given}
 		}
 		return nil
 	})

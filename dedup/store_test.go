@@ -308,6 +308,11 @@ func TestCheckSettings(t *testing.T) {
 			}
 			require.ErrorIs(t, err, ErrSettingsMismatch)
 			require.Contains(t, err.Error(), `form "jcs", ignore ["/a" "/b"], key secret fingerprint f1`)
+			var mm *SettingsMismatchError
+			require.ErrorAs(t, err, &mm)
+			require.Equal(t, SettingsMismatchError{Target: target, Recorded: Settings{Form: "jcs", Ignore: []string{"/a", "/b"}, SecretFingerprint: "f1"},
+				Given: Settings{Form: tt.later.Form, Ignore: slices.Compact(slices.Sorted(slices.Values(tt.later.Ignore))),
+					SecretFingerprint: tt.later.SecretFingerprint}}, *mm)
 			require.NoError(t, s.CheckSettings(ctx, "another target", tt.later), "settings are per target")
 		})
 	}

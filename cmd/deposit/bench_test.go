@@ -178,23 +178,3 @@ func residentMB(pid int) (anon, file float64) {
 	}
 	return anon, file
 }
-
-// BenchmarkLineReader measures reading JSON Lines: the cost per line before
-// any key is computed.
-func BenchmarkLineReader(b *testing.B) {
-	var buf bytes.Buffer
-	for i := range 10000 {
-		fmt.Fprintf(&buf, `{"title":"record %d","n":%d,"keywords":["a","b","c"]}`+"\n", i, i)
-	}
-	data := buf.Bytes()
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	for b.Loop() {
-		lr := newLineReader(bytes.NewReader(data), defaultMaxLineBytes)
-		for {
-			if _, err := lr.next(); err != nil {
-				break
-			}
-		}
-	}
-}

@@ -3,12 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/client"
 )
 
 const keyAbout = `Prints the key of each non-blank line of FILE ("-" reads stdin) as
@@ -60,25 +59,25 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
 	defer out.Flush()
-	lr := newLineReader(in, int(maxLineBytes))
+	lr := client.NewLineReader(in, int(maxLineBytes))
 	invalid := 0
-	for ctx.Err() == nil {
-		ln, err := lr.next()
-		if errors.Is(err, io.EOF) {
+	for it := range items(lr.Items(), form, datasets) {
+		if ctx.Err() != nil {
 			break
 		}
-		if err != nil {
-			fmt.Fprintf(s.stderr, "deposit key: reading input at line %d: %v\n", lr.line, err)
-			return exitStop
-		}
-		key, err := keyOf(keyer, form, datasets, ln)
+		key, err := keyOf(keyer, it)
 		if err != nil {
 			invalid++
 			out.Flush()
-			fmt.Fprintf(s.stderr, "line %d: invalid: %s\n", ln.num, oneLine(err))
+			fmt.Fprintf(s.stderr, "line %d: invalid: %s\n", it.Line, invalidReason(err))
 			continue
 		}
-		fmt.Fprintf(out, "%d\t%s\n", ln.num, key)
+		fmt.Fprintf(out, "%d\t%s\n", it.Line, key)
+	}
+	if err := lr.Err(); err != nil {
+		out.Flush()
+		fmt.Fprintf(s.stderr, "deposit key: %v\n", err)
+		return exitStop
 	}
 	if err := out.Flush(); err != nil {
 		fmt.Fprintf(s.stderr, "deposit key: %v\n", err)
@@ -93,19 +92,15 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 	return exitDone
 }
 
-// keyOf is the key of one input line.
-func keyOf(k *canonical.Keyer, form canonical.Form, datasets string, ln inputLine) (string, error) {
-	if ln.err != nil {
-		return "", ln.err
+// keyOf is the key of one input item.
+func keyOf(k *canonical.Keyer, it client.Item) (string, error) {
+	if it.Err != nil {
+		return "", it.Err
 	}
-	if datasets != "" {
-		d, err := parseDatasetLine(form, ln.text)
-		if err != nil {
-			return "", err
-		}
-		keyed, err := k.DatasetKey(datasets, d.Metadata, d.Files)
+	if d := it.Dataset; d != nil {
+		keyed, err := k.DatasetKey(d.Dir, d.Metadata, d.Files)
 		return keyed.Key, err
 	}
-	keyed, err := k.Key(ln.text)
+	keyed, err := k.Key(it.Payload)
 	return keyed.Key, err
 }

@@ -60,11 +60,15 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	if len(pos) > 0 {
 		return c.usageError(s, "no arguments expected, got %q", pos[0])
 	}
-	if o.endpoint == "" {
+	fromEnv := o.endpoint == ""
+	if fromEnv {
 		o.endpoint = s.getenv("DEPOSIT_ENDPOINT")
 	}
 	if o.endpoint == "" {
 		return c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
+	}
+	if err := checkEndpoint(o.endpoint, fromEnv); err != nil {
+		return c.usageError(s, "%v", err)
 	}
 	proto, err := protocol.Parse(o.protocol)
 	if err != nil {

@@ -174,7 +174,7 @@ func TestKilledRunsFinishExactlyOnce(t *testing.T) {
 		recovered += s.Recovered
 		unresolved += s.Unresolved
 		if round == 1 && pending > 0 {
-			require.Contains(t, p.stderr.String(), "recovered: key", "recovered items are named in the log")
+			require.Contains(t, p.stderr.String(), ": recovered: ", "recovered items are named in the log")
 		}
 		if code == exitDone {
 			break

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"strings"
 	"sync"
@@ -30,10 +31,11 @@ type progress struct {
 	tty   bool
 	width func() int // terminal width, tty only
 	start time.Time
-	size  int64         // input size in bytes, 0 when unknown (not a regular file)
-	read  *atomic.Int64 // input bytes consumed
+	size  int64        // input size in bytes, 0 when unknown (not a regular file)
+	read  func() int64 // input bytes consumed
 
-	requests atomic.Int64 // HTTP requests sent, counted by a client hook
+	requests  atomic.Int64 // HTTP requests sent, counted by a client hook
+	itemsRead atomic.Int64 // items the run has read from the input
 
 	mu      sync.Mutex
 	sum     client.Summary
@@ -60,7 +62,7 @@ func isTerminal(w io.Writer) (bool, func() int) {
 
 // newProgress starts reporting on w. interval is the refresh interval; 0
 // means barInterval on a terminal and lineInterval otherwise.
-func newProgress(w io.Writer, size int64, read *atomic.Int64, interval time.Duration) *progress {
+func newProgress(w io.Writer, size int64, read func() int64, interval time.Duration) *progress {
 	tty, width := isTerminal(w)
 	p := &progress{w: w, tty: tty, width: width, start: time.Now(), size: size, read: read, done: make(chan struct{})}
 	switch {
@@ -163,23 +165,102 @@ func (p *progress) clear() {
 	}
 }
 
-// draw redraws the bar; p.mu held. Rate and ETA come first, so a narrow
-// terminal cuts the counts, not the time left.
+// draw redraws the bar; p.mu held.
 func (p *progress) draw() {
-	line := p.counts()
-	if pace := p.pace(); pace != "" {
-		line = pace + " | " + line
-	}
-	if f := p.fraction(); f >= 0 {
-		const barWidth = 20
-		full := int(f * barWidth)
-		line = fmt.Sprintf("[%s%s] %3.0f%% %s", strings.Repeat("=", full), strings.Repeat(" ", barWidth-full), f*100, line)
-	}
-	if w := p.width() - 1; len(line) > w && w > 0 {
-		line = line[:w]
-	}
-	fmt.Fprint(p.w, "\r\033[K"+line)
+	fmt.Fprint(p.w, "\r\033[K"+p.bar(time.Since(p.start), p.width()))
 	p.drawn = true
+}
+
+// Parts of the bar, in the order they are dropped when the terminal is too
+// narrow for all of them: detail first, the failed and unresolved counts
+// never.
+const (
+	partRequests  = 1 << iota // "; 42 requests"
+	partBreakdown             // " (1 created, 0 existing, 1 replayed)"
+	partGraphic               // "[=====     ]"
+	partRate                  // "3 items/s"
+	partTotal                 // "3 items: "
+	partInvalid               // ", 1 invalid"
+	partETA                   // "ETA 12s"
+	partPercent               // "25%"
+	partDone                  // "2 done, "
+	partAll       = 1<<iota - 1
+)
+
+// bar is the bar's text after elapsed on a terminal columns wide, its last
+// column left free so that the cursor does not wrap; p.mu held. Parts are
+// dropped in their order (see partRequests) until the rest fits, so the
+// failed and unresolved counts stay on screen however narrow the terminal
+// (the line is cut only when they alone do not fit).
+func (p *progress) bar(elapsed time.Duration, columns int) string {
+	width := columns - 1
+	var line string
+	for drop := 0; ; drop = drop<<1 | 1 {
+		line = p.barText(elapsed, partAll&^drop)
+		if len(line) <= width || drop == partAll {
+			break
+		}
+	}
+	if len(line) > width && width > 0 {
+		line = line[:width]
+	}
+	return line
+}
+
+// barText is the bar with the parts in show; p.mu held.
+func (p *progress) barText(elapsed time.Duration, show int) string {
+	var head, pace []string
+	if f := p.fraction(); f >= 0 {
+		switch {
+		case show&partGraphic != 0:
+			const barWidth = 20
+			full := int(f * barWidth)
+			head = append(head, "["+strings.Repeat("=", full)+strings.Repeat(" ", barWidth-full)+"]",
+				fmt.Sprintf("%3.0f%%", f*100))
+		case show&partPercent != 0:
+			head = append(head, fmt.Sprintf("%.0f%%", f*100))
+		}
+	}
+	if rate, ok := p.rate(elapsed); ok && show&partRate != 0 {
+		pace = append(pace, rate)
+	}
+	if eta, ok := p.eta(elapsed); ok && show&partETA != 0 {
+		pace = append(pace, "ETA "+eta.String())
+	}
+	if len(pace) > 0 {
+		head = append(head, strings.Join(pace, "; "))
+	}
+	counts := p.countsText(show)
+	if len(head) == 0 {
+		return counts
+	}
+	return strings.Join(head, " ") + " | " + counts
+}
+
+// countsText is the items and requests so far, with the parts in show;
+// p.mu held.
+func (p *progress) countsText(show int) string {
+	s := p.sum
+	var b strings.Builder
+	if show&partTotal != 0 {
+		b.WriteString(plural(s.Total, "item") + ": ")
+	}
+	if show&partDone != 0 {
+		fmt.Fprintf(&b, "%d done", s.Created+s.Existing+s.Replayed)
+		if show&partBreakdown != 0 {
+			fmt.Fprintf(&b, " (%d created, %d existing, %d replayed)", s.Created, s.Existing, s.Replayed)
+		}
+		b.WriteString(", ")
+	}
+	fmt.Fprintf(&b, "%d failed", s.Failed)
+	if show&partInvalid != 0 {
+		fmt.Fprintf(&b, ", %d invalid", s.Invalid)
+	}
+	fmt.Fprintf(&b, ", %d unresolved", s.Unresolved)
+	if show&partRequests != 0 {
+		fmt.Fprintf(&b, "; %s", plural(int(p.requests.Load()), "request"))
+	}
+	return b.String()
 }
 
 // fraction is the share of the input read, or -1 when the size is unknown.
@@ -187,37 +268,59 @@ func (p *progress) fraction() float64 {
 	if p.size <= 0 {
 		return -1
 	}
-	return min(1, float64(p.read.Load())/float64(p.size))
+	return min(1, float64(p.read())/float64(p.size))
 }
 
 // status is the progress text of a log line: counts, rate, ETA; p.mu held.
 func (p *progress) status() string {
-	if pace := p.pace(); pace != "" {
-		return p.counts() + "; " + pace
-	}
-	return p.counts()
-}
-
-// counts is the items and requests so far; p.mu held.
-func (p *progress) counts() string {
-	s := p.sum
-	done := s.Created + s.Existing + s.Replayed
-	return fmt.Sprintf("%s: %d done (%d created, %d existing, %d replayed), %d failed, %d invalid, %d unresolved; %d requests",
-		plural(s.Total, "item"), done, s.Created, s.Existing, s.Replayed, s.Failed, s.Invalid, s.Unresolved, p.requests.Load())
-}
-
-// pace is the rate and, when the input's size is known, the time left;
-// p.mu held.
-func (p *progress) pace() string {
 	elapsed := time.Since(p.start)
-	secs := elapsed.Seconds()
-	if secs <= 0 {
-		return ""
+	text := p.countsText(partAll)
+	if rate, ok := p.rate(elapsed); ok {
+		text += "; " + rate
 	}
-	text := fmt.Sprintf("%.0f items/s", float64(p.sum.Total)/secs)
-	if f := p.fraction(); f > 0 && f < 1 {
-		eta := time.Duration(float64(elapsed) * (1 - f) / f)
-		text += fmt.Sprintf("; ETA %s", eta.Round(time.Second))
+	if eta, ok := p.eta(elapsed); ok {
+		text += "; ETA " + eta.String()
 	}
 	return text
+}
+
+// rate is the items settled per second; p.mu held.
+func (p *progress) rate(elapsed time.Duration) (string, bool) {
+	if elapsed <= 0 {
+		return "", false
+	}
+	return fmt.Sprintf("%.0f items/s", float64(p.sum.Total)/elapsed.Seconds()), true
+}
+
+// eta is the time left, to the second: the items not yet settled (those
+// read so far, scaled by the share of the input read), each taking as long
+// as the items sent so far took. Replays and invalid lines cost next to
+// nothing, so they count in neither: a run that begins with replays does
+// not promise the new items at the replays' pace. Unknown until the size
+// of the input is known and an item was sent; p.mu held.
+func (p *progress) eta(elapsed time.Duration) (time.Duration, bool) {
+	f, read := p.fraction(), p.itemsRead.Load()
+	sent := p.sum.Total - p.sum.Replayed - p.sum.Invalid
+	if f <= 0 || read == 0 || sent <= 0 {
+		return 0, false
+	}
+	left := float64(read)/f - float64(p.sum.Total)
+	if left <= 0 {
+		return 0, false
+	}
+	per := float64(elapsed) / float64(sent)
+	return time.Duration(left * per).Round(time.Second), true
+}
+
+// count passes items on, counting them as read: the ETA's estimate of how
+// many the input holds.
+func (p *progress) count(items iter.Seq[client.Item]) iter.Seq[client.Item] {
+	return func(yield func(client.Item) bool) {
+		for it := range items {
+			p.itemsRead.Add(1)
+			if !yield(it) {
+				return
+			}
+		}
+	}
 }

@@ -165,7 +165,8 @@ type resultJSON struct {
 // are reported on s.stderr; c reports usage errors.
 func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.Summary, int) {
 	var none client.Summary
-	if o.endpoint == "" {
+	fromEnv := o.endpoint == ""
+	if fromEnv {
 		o.endpoint = s.getenv("DEPOSIT_ENDPOINT")
 	}
 	proto, err := protocol.Parse(o.protocol)
@@ -174,6 +175,11 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	if o.endpoint == "" && proto != protocol.DataCite { // datacite: the client's test system
 		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
+	}
+	if o.endpoint != "" {
+		if err := checkEndpoint(o.endpoint, fromEnv); err != nil {
+			return none, c.usageError(s, "%v", err)
+		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
 		doiPrefix: o.doiPrefix, event: o.dataciteEvent}, s.getenv)
@@ -221,8 +227,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	defer store.Close()
 
-	lr := newLineReader(in, int(o.maxLineBytes))
-	prog := newProgress(s.stderr, size, &lr.read, 0)
+	lr := client.NewLineReader(in, int(o.maxLineBytes))
+	prog := newProgress(s.stderr, size, lr.BytesRead, 0)
 	defer prog.stop()
 
 	cl, err := client.New(client.Config{
@@ -240,10 +246,9 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	switch {
 	case errors.Is(err, client.ErrSettingsMismatch):
 		prog.stop()
-		fmt.Fprintf(s.stderr, "deposit run: refused: %s\n"+
-			"The store %s holds keys made for this endpoint with other key settings (--form, --ignore, or the key secret).\n"+
-			"Different settings give every payload a new key, so each payload would get a second record.\n"+
-			"Run with the settings of the earlier runs, or use another --db for a new batch.\n", oneLine(err), o.db)
+		fmt.Fprintf(s.stderr, "deposit run: refused: key settings differ: %s.\n"+
+			"With this run's, every payload would get a new key, and so a second record.\n"+
+			"Run with the flags of the earlier runs, or use another --db for a new batch.\n", mismatch(err, o.db))
 		return none, exitStop
 	case errors.Is(err, client.ErrConfig):
 		prog.stop()
@@ -263,11 +268,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 
-	var (
-		readErr   error
-		keyReused int // failed: 422 under idempotency-key
-	)
-	sum, runErr := cl.Run(ctx, items(lr, form, o.datasets, &readErr), client.BatchOptions{
+	var keyReused int // failed: 422 under idempotency-key
+	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
@@ -282,13 +284,14 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		},
 	})
 	prog.stop()
+	readErr := lr.Err()
 
 	// A run that stopped early says how much of the input it never read:
 	// its total counts only the lines it read. A terminal is not read on
 	// (it has no end until the user types one).
 	var unread int64
 	if runErr != nil && readErr == nil && !o.stdinTerminal(s) {
-		if unread, err = lr.rest(); err != nil {
+		if unread, err = lr.Remaining(); err != nil {
 			readErr = fmt.Errorf("counting the lines not read: %w", err)
 		}
 	}
@@ -404,20 +407,83 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 func logItem(p *progress, r client.ItemResult, keyReused bool) {
 	switch {
 	case r.Outcome == client.OutcomeInvalid:
-		p.logf("line %d: invalid: %s", r.Line, oneLine(r.Err))
+		p.logf("line %d: invalid: %s", r.Line, invalidReason(r.Err))
 	case keyReused:
 		// The client re-sends the exact body it first sent under a key, so
 		// the other body came from elsewhere: another tool, or a store lost
 		// (a line whose --ignore'd fields differ has the same key).
-		p.logf("line %d: failed: key %s: 422: the server holds this Idempotency-Key with another body (sent by another tool, or with a lost --db) for its key retention (IRI: 24 h); --retry-failed cannot help: the body it holds succeeds, another body needs another key", r.Line, r.Key)
+		p.logf("line %d: failed: %s 422: the server holds this Idempotency-Key with another body (sent by another tool, or with a lost --db) for its key retention (IRI: 24 h); --retry-failed cannot help: the body it holds succeeds, another body needs another key", r.Line, shortKey(r.Key))
 	case r.Outcome == client.OutcomeFailed:
-		p.logf("line %d: failed: key %s: %s", r.Line, r.Key, oneLine(r.Err))
+		p.logf("line %d: failed: %s %s", r.Line, shortKey(r.Key), refusal(r.Err))
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
 		// One line on the terminal; --results keeps the key and the error.
 		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
 	case r.Recovered && r.Err == nil:
-		p.logf("line %d: recovered: key %s was left uncertain by an earlier run; now %s, identifier %s", r.Line, r.Key, r.Outcome, r.Identifier)
+		p.logf("line %d: recovered: %s was left uncertain by an earlier run; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
 	}
+}
+
+// mismatch says how this run's key settings differ from those the store at
+// db recorded, in the flags' terms.
+func mismatch(err error, db string) string {
+	var mm *dedup.SettingsMismatchError
+	if !errors.As(err, &mm) {
+		return "the store " + db + " holds keys made with others"
+	}
+	return fmt.Sprintf("the store %s made its keys for %s with %s; this run has %s",
+		db, redact(mm.Target), settingsFlags(mm.Recorded, mm.Given), settingsFlags(mm.Given, mm.Recorded))
+}
+
+// settingsFlags is s as the flags that give it: "--form jcs --ignore /x",
+// "--form python and no --ignore", with the key secret named when either s
+// or other has one.
+func settingsFlags(s, other dedup.Settings) string {
+	text := "--form " + s.Form
+	if len(s.Ignore) == 0 {
+		text += " and no --ignore"
+	}
+	for _, p := range s.Ignore {
+		text += " --ignore " + p
+	}
+	switch {
+	case s.SecretFingerprint != "":
+		text += ", DEPOSIT_KEY_SECRET with fingerprint " + s.SecretFingerprint
+	case other.SecretFingerprint != "":
+		text += ", no DEPOSIT_KEY_SECRET"
+	}
+	return text
+}
+
+// invalidReason says why an input line is invalid, once: the syntax error
+// with its offset, or the cause that the client's ErrInvalid wraps, without
+// the chain of packages that passed it on ("invalid payload: canonical:
+// ...").
+func invalidReason(err error) string {
+	var se *canonical.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("not JSON at offset %d: %s", se.Offset, se.Msg)
+	}
+	if u, ok := err.(interface{ Unwrap() []error }); ok && errors.Is(err, client.ErrInvalid) {
+		for _, cause := range u.Unwrap() {
+			if cause != client.ErrInvalid {
+				return oneLine(cause)
+			}
+		}
+	}
+	return oneLine(err)
+}
+
+// refusal is what the server answered a failed item: its status and
+// problem detail, not the request URL (which holds the key again).
+func refusal(err error) string {
+	var herr *client.HTTPError
+	if !errors.As(err, &herr) {
+		return oneLine(err)
+	}
+	if herr.Problem != "" {
+		return fmt.Sprintf("%d: %s", herr.StatusCode, redact(herr.Problem))
+	}
+	return strings.TrimSpace(fmt.Sprintf("%d %s", herr.StatusCode, http.StatusText(herr.StatusCode)))
 }
 
 // shortKey is the first 12 hex digits of a key, enough to find it in
@@ -504,13 +570,13 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
 	}
-	fmt.Fprintf(w, "; %d requests, %d retries\n", sum.Requests, sum.Retries)
+	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
 	switch {
 	case sum.Unresolved > 0 && t.stopped:
-		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles them safely\n", plural(sum.Unresolved, "item"))
+		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles %s safely\n", plural(sum.Unresolved, "item"), pick(sum.Unresolved, "it", "them"))
 	case sum.Unresolved > 0:
 		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
 	}
@@ -531,10 +597,16 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 
 // plural is n and noun, with an s unless n is 1.
 func plural(n int, noun string) string {
+	return fmt.Sprintf("%d %s", n, pick(n, noun, noun+"s"))
+}
+
+// pick is one when n is 1, else many: "retry" or "retries", "it" or
+// "them".
+func pick(n int, one, many string) string {
 	if n == 1 {
-		return "1 " + noun
+		return one
 	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	return many
 }
 
 // explainStore turns a store error into a message a user can act on.

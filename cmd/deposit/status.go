@@ -10,6 +10,7 @@ import (
 	"io/fs"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/credential"
 )
 
 const statusAbout = `Shows what the store remembers: counts by state (per target and in total) and
@@ -24,8 +25,10 @@ const statusNotes = `Output:
   --list           every row, grouped by target, in key order
   --list --json    JSON Lines, one row each: {"target","key","state","outcome",
                    "identifier","status","error","attempts"}; empty values omitted
-Targets are printed without user info or query strings (where an endpoint may
-carry a token), except in the JSON output, which gives them exactly.
+Targets are printed without user info or query strings, except in the JSON
+output, which gives them as the store holds them. A credential in a query
+(?access_token=...) is held as a digest, never as given, and identifiers are
+printed without it, in a store an older version wrote too.
 `
 
 // rowJSON is one row of `status --list --json`.
@@ -138,7 +141,7 @@ func listRows(ctx context.Context, store *dedup.Reader, state dedup.State, asJSO
 			fmt.Fprintf(w, " %s", rec.Outcome)
 		}
 		if rec.Identifier != "" {
-			fmt.Fprintf(w, " %s", rec.Identifier)
+			fmt.Fprintf(w, " %s", credential.Strip(rec.Identifier))
 		}
 		if rec.Problem != "" {
 			fmt.Fprintf(w, " error: %s", rec.Problem)
@@ -150,8 +153,8 @@ func listRows(ctx context.Context, store *dedup.Reader, state dedup.State, asJSO
 
 func rowOf(rec dedup.Record) rowJSON {
 	return rowJSON{
-		Target: rec.Target, Key: rec.Key, State: string(rec.State), Outcome: string(rec.Outcome),
-		Identifier: rec.Identifier, Status: rec.Status, Error: rec.Problem, Attempts: rec.Attempts,
+		Target: credential.Digest(rec.Target), Key: rec.Key, State: string(rec.State), Outcome: string(rec.Outcome),
+		Identifier: credential.Strip(rec.Identifier), Status: rec.Status, Error: rec.Problem, Attempts: rec.Attempts,
 	}
 }
 
@@ -164,7 +167,7 @@ func summarize(ctx context.Context, store *dedup.Reader, db string, asJSON bool,
 	var total countsJSON
 	targets := make([]*countsJSON, 0, len(counts))
 	for _, c := range counts {
-		t := &countsJSON{Target: c.Target}
+		t := &countsJSON{Target: credential.Digest(c.Target)}
 		t.add(c.Counts)
 		targets = append(targets, t)
 		total.add(c.Counts)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
 )
 
 // statusTarget is the target of the stores the status tests build.
@@ -191,4 +192,41 @@ func TestExplainStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A token in the endpoint's query reaches the server and no output: not
+// the run's, not the results file, not status in any form, whether the
+// store was written by this version or by an older one that kept the
+// token in its target names.
+func TestAQueryTokenAppearsInNoOutput(t *testing.T) {
+	const secret = "QSECRET"
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	db := filepath.Join(dir, "deposit.db")
+	in := writeFile(t, dir, "in.jsonl", `{"title":"a"}`, `{"title":"b"}`)
+	results := filepath.Join(dir, "results.jsonl")
+	r := deposit(t, nil, "run", "--db", db, "--endpoint", srv.URL+"?access_token="+secret, "--results", results, "--json", in)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.NotContains(t, r.stdout+r.stderr, secret)
+	b, err := os.ReadFile(results)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), secret)
+
+	// A row an older version wrote, its target name and record URL holding
+	// the token.
+	s, err := dedup.Open(db)
+	require.NoError(t, err)
+	_, err = s.Complete(context.Background(), "put http://127.0.0.1:1/recs?token="+secret, "k1",
+		dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: "http://127.0.0.1:1/recs/k1?token=" + secret, Status: 201})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	for _, args := range statusArgs {
+		r := deposit(t, nil, append([]string{"status", "--db", db}, args...)...)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.NotContains(t, r.stdout+r.stderr, secret, "status %q", args)
+	}
+	r = deposit(t, nil, "status", "--db", db, "--list", "--json")
+	require.Contains(t, r.stdout, `"target":"put http://127.0.0.1:1/recs?token=redacted-sha256-`)
+	require.Contains(t, r.stdout, `"identifier":"http://127.0.0.1:1/recs/k1"`)
 }

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -37,6 +40,22 @@ func newTarget(proto string, f targetFlags, getenv func(string) string) (client.
 		return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
 	}
 	return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
+}
+
+// checkEndpoint refuses an endpoint that is not an http or https URL with
+// a host, naming it as the user wrote it (without user info or query) and
+// where it came from: --endpoint, or DEPOSIT_ENDPOINT when the flag was not
+// given.
+func checkEndpoint(raw string, fromEnv bool) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) && u.Host != "" {
+		return nil
+	}
+	source := "--endpoint"
+	if fromEnv {
+		source = "DEPOSIT_ENDPOINT"
+	}
+	return fmt.Errorf("%s %q: want an http or https URL, such as https://repo.example.org/records", source, credential.Shown(raw))
 }
 
 // awsCredentials reads the S3 signing credentials from the usual AWS

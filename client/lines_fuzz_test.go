@@ -1,10 +1,9 @@
-package main
+package client
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"testing"
 )
 
@@ -42,20 +41,16 @@ func FuzzLineReader(f *testing.F) {
 			}
 		}
 
-		lr := &lineReader{r: bufio.NewReaderSize(bytes.NewReader(input), 16), max: max}
+		lr := &LineReader{r: bufio.NewReaderSize(bytes.NewReader(input), 16), max: max}
 		var got []line
-		for {
-			l, err := lr.next()
-			if errors.Is(err, io.EOF) {
-				break
+		for it := range lr.Items() {
+			if it.Err != nil && !errors.Is(it.Err, ErrLineTooLong) {
+				t.Fatalf("line %d: unexpected error %v", it.Line, it.Err)
 			}
-			if err != nil {
-				t.Fatalf("read error: %v", err)
-			}
-			if l.err != nil && !errors.Is(l.err, errLineTooLong) {
-				t.Fatalf("line %d: unexpected error %v", l.num, l.err)
-			}
-			got = append(got, line{num: l.num, text: string(l.text), tooLong: l.err != nil})
+			got = append(got, line{num: it.Line, text: string(it.Payload), tooLong: it.Err != nil})
+		}
+		if err := lr.Err(); err != nil {
+			t.Fatalf("read error: %v", err)
 		}
 		if len(got) != len(want) {
 			t.Fatalf("got %d lines %+v, want %d %+v", len(got), got, len(want), want)
@@ -65,8 +60,8 @@ func FuzzLineReader(f *testing.F) {
 				t.Fatalf("line %d: got %+v, want %+v", i, got[i], want[i])
 			}
 		}
-		if lr.read.Load() != int64(len(input)) {
-			t.Fatalf("read %d bytes of %d", lr.read.Load(), len(input))
+		if lr.BytesRead() != int64(len(input)) {
+			t.Fatalf("read %d bytes of %d", lr.BytesRead(), len(input))
 		}
 	})
 }
