@@ -10,9 +10,10 @@ import (
 // key), where each step of a deposit has a target name of its own. Its
 // states and transitions are dedup's: Begin records the intent (pending)
 // before a step's first request, Complete the server's confirmation (done,
-// final), Fail a terminal answer. *dedup.SQLite implements it. A Store must
-// be safe for concurrent use by multiple goroutines; one shared by several
-// processes must make each transition atomic across them.
+// final), Fail a terminal answer. *dedup.SQLite and *dedup.Postgres
+// implement it. A Store must be safe for concurrent use by multiple
+// goroutines; one shared by several processes must make each transition
+// atomic across them.
 type Store interface {
 	// CheckSettings records s for target on first use and refuses other
 	// settings later (an error wrapping dedup.ErrSettingsMismatch).

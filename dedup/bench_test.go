@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/depositkit/deposit/internal/pgtest"
 )
 
 // benchRows is the size of the store the benchmarks run against.
@@ -26,6 +28,10 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if benchStore.dir != "" {
 		os.RemoveAll(benchStore.dir)
+	}
+	if err := pgtest.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
 	}
 	os.Exit(code)
 }

@@ -18,6 +18,9 @@
 //
 // OpenReadOnly returns a Reader, for reports that must never write to the
 // file: it counts and lists records, and creates or migrates nothing.
+//
+// OpenPostgres returns the same store kept in a PostgreSQL schema, for
+// processes on several machines; OpenPostgresReadOnly its reader.
 package dedup
 
 import (

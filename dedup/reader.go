@@ -159,7 +159,7 @@ func (r *Reader) CountByTarget(ctx context.Context) ([]TargetCounts, error) {
 // List yields the records of target ("" for all) in state ("" for any),
 // ordered by target and key, a page at a time, as SQLite.List does.
 func (r *Reader) List(ctx context.Context, target string, state State) iter.Seq2[Record, error] {
-	return list(target, state, r.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
+	return list(target, state, listQuery, r.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
 		if r.db == nil {
 			return nil, nil
 		}

@@ -50,10 +50,13 @@ type migration struct {
 	sql     string
 }
 
-// loadMigrations reads the embedded migrations, numbered 1, 2, ... by the
-// prefix of their file names.
-var loadMigrations = sync.OnceValue(func() []migration {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+// loadMigrations reads the embedded SQLite migrations.
+var loadMigrations = sync.OnceValue(func() []migration { return readMigrations(migrationFiles, "migrations") })
+
+// readMigrations reads the migrations in dir of fsys, numbered 1, 2, ...
+// by the prefix of their file names.
+func readMigrations(fsys embed.FS, dir string) []migration {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		panic(err) // the pattern is constant
 	}
@@ -65,14 +68,14 @@ var loadMigrations = sync.OnceValue(func() []migration {
 		if err != nil || n != i+1 {
 			panic("dedup: migration " + base + " is out of sequence")
 		}
-		b, err := migrationFiles.ReadFile(name)
+		b, err := fsys.ReadFile(name)
 		if err != nil {
 			panic(err)
 		}
 		ms = append(ms, migration{version: n, name: base, sql: string(b)})
 	}
 	return ms
-})
+}
 
 // SchemaVersion is the schema version this package writes: the SQLite
 // user_version of every store it has opened for writing, and the one
@@ -778,20 +781,21 @@ func (s *SQLite) Count(ctx context.Context, target string) (Counts, error) {
 // memory and never blocks writers; a row written while List runs may or may
 // not be yielded.
 func (s *SQLite) List(ctx context.Context, target string, state State) iter.Seq2[Record, error] {
-	return list(target, state, s.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
+	return list(target, state, listQuery, s.isClosed.Load, func(q, afterTarget, afterKey string) ([]Record, error) {
 		return readPage(ctx, s.rdb, q, afterTarget, afterKey)
 	})
 }
 
-// list is List over any database: closed reports whether the store was
-// closed, page reads one page of the query q after the given row.
-func list(target string, state State, closed func() bool, page func(q, afterTarget, afterKey string) ([]Record, error)) iter.Seq2[Record, error] {
+// list is List over any database: query returns the database's paged
+// query, closed reports whether the store was closed, page reads one page
+// of the query q after the given row.
+func list(target string, state State, query func(target string, state State) (string, error), closed func() bool, page func(q, afterTarget, afterKey string) ([]Record, error)) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		if closed() {
 			yield(Record{}, ErrClosed)
 			return
 		}
-		q, err := listQuery(target, state)
+		q, err := query(target, state)
 		if err != nil {
 			yield(Record{}, err)
 			return

@@ -94,7 +94,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
 	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL) or datacite (DOIs)")
-	fs.StringVar(&o.db, "db", "deposit.db", "dedup store `FILE` (SQLite); created if missing")
+	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see the README)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
@@ -220,7 +220,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	defer in.Close()
 
-	store, err := dedup.Open(o.db)
+	store, err := openStore(ctx, o.db)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "deposit run: %s\n", explainStore(o.db, err))
 		return none, exitStop
@@ -248,7 +248,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		prog.stop()
 		fmt.Fprintf(s.stderr, "deposit run: refused: key settings differ: %s.\n"+
 			"With this run's, every payload would get a new key, and so a second record.\n"+
-			"Run with the flags of the earlier runs, or use another --db for a new batch.\n", mismatch(err, o.db))
+			"Run with the flags of the earlier runs, or use another --db for a new batch.\n", mismatch(err, showDB(o.db)))
 		return none, exitStop
 	case errors.Is(err, client.ErrConfig):
 		prog.stop()
@@ -584,7 +584,7 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	case sum.Failed > 0 && t.keyReused == sum.Failed:
 		fmt.Fprintf(w, "  %s failed with 422 under idempotency-key (the server holds the key with another body, see above): --retry-failed cannot help while it keeps the key\n", plural(sum.Failed, "item"))
 	case sum.Failed > 0:
-		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed", plural(sum.Failed, "item"), o.db)
+		fmt.Fprintf(w, "  %s failed: reasons above and in \"deposit status --db %s\"; after fixing the cause, run again with --retry-failed", plural(sum.Failed, "item"), showDB(o.db))
 		if t.keyReused > 0 {
 			fmt.Fprintf(w, " (it cannot help the %d refused with 422 under idempotency-key, see above)", t.keyReused)
 		}
@@ -609,17 +609,23 @@ func pick(n int, one, many string) string {
 	return many
 }
 
-// explainStore turns a store error into a message a user can act on.
-func explainStore(path string, err error) string {
+// explainStore turns a store error into a message a user can act on. db
+// is --db, printed without a password.
+func explainStore(db string, err error) string {
+	shown := showDB(db)
+	fresh := "give --db a new file or an existing deposit store"
+	if isPostgres(db) {
+		fresh = "name a new schema (schema= in the --db URL) or an existing deposit store"
+	}
 	switch {
 	case errors.Is(err, dedup.ErrNotDepositStore):
-		return fmt.Sprintf("%s is not a deposit store (left untouched): give --db a new file or an existing deposit store (%v)", path, err)
+		return fmt.Sprintf("%s is not a deposit store (left untouched): %s (%v)", shown, fresh, err)
 	case errors.Is(err, dedup.ErrNewerSchema):
-		return fmt.Sprintf("%s was written by a newer version of deposit (left untouched): upgrade deposit (%v)", path, err)
+		return fmt.Sprintf("%s was written by a newer version of deposit (left untouched): upgrade deposit (%v)", shown, err)
 	case errors.Is(err, dedup.ErrOlderSchema):
-		return fmt.Sprintf("%s was written by an older version of deposit (left untouched): run `deposit run` with this --db once to upgrade it (%v)", path, err)
+		return fmt.Sprintf("%s was written by an older version of deposit (left untouched): run `deposit run` with this --db once to upgrade it (%v)", shown, err)
 	}
-	return fmt.Sprintf("store %s: %v", path, err)
+	return fmt.Sprintf("store %s: %v", shown, err)
 }
 
 // explainStop turns the error that stopped a run into a message a user can

@@ -66,8 +66,8 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 		list        bool
 		stateFilter string
 	)
-	c := newCommand("status", "deposit status [--db FILE] [--json] [--list [--state STATE]]", statusAbout, statusNotes)
-	c.fs.StringVar(&db, "db", "deposit.db", "dedup store `FILE`")
+	c := newCommand("status", "deposit status [--db FILE|URL] [--json] [--list [--state STATE]]", statusAbout, statusNotes)
+	c.fs.StringVar(&db, "db", "deposit.db", "dedup store: a SQLite `FILE` or a postgres:// URL")
 	c.fs.BoolVar(&asJSON, "json", false, "machine-readable output (an object; JSON Lines with --list)")
 	c.fs.BoolVar(&list, "list", false, "list every stored row")
 	c.fs.StringVar(&stateFilter, "state", "", "with --list, only rows in `STATE`: pending, done or failed")
@@ -86,9 +86,9 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 	}
 	// Read-only: a report never creates, migrates or otherwise writes the
 	// store, however old or busy it is.
-	store, err := dedup.OpenReadOnly(db)
+	store, err := openStatusStore(ctx, db)
 	if errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(s.stderr, "deposit status: no store at %s (%v): nothing was deposited with this --db\n", db, err)
+		fmt.Fprintf(s.stderr, "deposit status: no store at %s (%v): nothing was deposited with this --db\n", showDB(db), err)
 		return exitStop
 	}
 	if err != nil {
@@ -114,7 +114,7 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 }
 
 // listRows streams every row (of state, if set).
-func listRows(ctx context.Context, store *dedup.Reader, state dedup.State, asJSON bool, w io.Writer) error {
+func listRows(ctx context.Context, store statusStore, state dedup.State, asJSON bool, w io.Writer) error {
 	target := ""
 	first := true
 	for rec, err := range store.List(ctx, "", state) {
@@ -159,7 +159,7 @@ func rowOf(rec dedup.Record) rowJSON {
 }
 
 // summarize prints counts per target and in total, then the failures.
-func summarize(ctx context.Context, store *dedup.Reader, db string, asJSON bool, w io.Writer) error {
+func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w io.Writer) error {
 	counts, err := store.CountByTarget(ctx)
 	if err != nil {
 		return err
@@ -184,7 +184,7 @@ func summarize(ctx context.Context, store *dedup.Reader, db string, asJSON bool,
 		fmt.Fprintf(w, "%s\n", b)
 		return nil
 	}
-	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending\n", db, plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending)
+	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending\n", showDB(db), plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending)
 	for _, t := range targets {
 		fmt.Fprintf(w, "  %s: %d done, %d failed, %d pending\n", redact(t.Target), t.Done, t.Failed, t.Pending)
 	}
