@@ -129,6 +129,10 @@ type Stats struct {
 	Faults     int64 // faults injected, all kinds
 	Duplicates int64 // created records whose key, Idempotency-Key or body matched an earlier record
 	Records    int64 // records held now
+	// Overlaps counts writes that arrived for a key while another write for
+	// the same key (PUT path, or Idempotency-Key) was still being handled:
+	// what a fleet of clients must never send.
+	Overlaps int64
 	// FaultsByKind counts injected faults by kind as written in the spec
 	// ("drop", "reset", "slow", "503", ...). It is a copy.
 	FaultsByKind map[string]int64
@@ -153,6 +157,7 @@ type Handler struct {
 	locks   map[string]lock
 	lockSeq uint64
 	stats   Stats
+	writing map[string]int // writes being handled, by key
 }
 
 type recordMeta struct {
@@ -269,11 +274,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.Method == http.MethodPut || r.Method == http.MethodPost {
+		defer h.writeStarts(r)()
+	}
 	if h.cfg.Protocol == ProtocolPut {
 		h.servePut(w, r)
 		return
 	}
 	h.servePost(w, r)
+}
+
+// writeStarts counts a write of r's key as being handled, and an overlap if
+// another was already; the function it returns counts it done.
+func (h *Handler) writeStarts(r *http.Request) func() {
+	key := r.URL.Path
+	if h.cfg.Protocol != ProtocolPut {
+		key += "\x00" + r.Header.Get("Idempotency-Key")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.writing == nil {
+		h.writing = make(map[string]int)
+	}
+	if h.writing[key] > 0 {
+		h.stats.Overlaps++
+	}
+	h.writing[key]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.writing[key]--; h.writing[key] == 0 {
+			delete(h.writing, key)
+		}
+	}
 }
 
 // servePut serves PUT /{key} and GET /{key}.

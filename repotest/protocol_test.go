@@ -320,3 +320,23 @@ func TestAClientThatGivesUpDuringLatencyStillGetsItsRecordCommitted(t *testing.T
 		})
 	}
 }
+
+// Two writes of one key at once are counted as an overlap; writes of other
+// keys, or one after another, are not.
+func TestOverlappingWritesOfAKeyAreCounted(t *testing.T) {
+	srv := startServer(t, Config{Latency: 200 * time.Millisecond})
+	body := `{"title":"x"}`
+	var wg sync.WaitGroup
+	for _, key := range []string{"k1", "k1", "k2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := send(srv.Client(), http.MethodPut, srv.URL+"/"+key, body, "If-None-Match", "*", "Content-Type", "application/json")
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	_, err := send(srv.Client(), http.MethodPut, srv.URL+"/k2", body, "If-None-Match", "*", "Content-Type", "application/json")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), srv.Stats().Overlaps)
+}
