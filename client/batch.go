@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,11 +63,39 @@ type BatchOptions struct {
 	// ctx is cancelled, so their outcomes are recorded; default 10 s. No new
 	// request or retry starts once ctx is cancelled.
 	Grace time.Duration
+	// Shard, when its Count is over 1, deposits only the items whose key
+	// falls in shard Index (0 ≤ Index < Count); the others are reported
+	// OutcomeSkipped. N processes given the same input and shards 0..N-1
+	// split it by key. Without sharding, processes sharing a store split
+	// the work anyway, through the keys' leases.
+	Shard Shard
+}
+
+// Shard names one of Count parts of the key space.
+type Shard struct{ Index, Count int }
+
+// holds reports whether key falls in the shard: the first 64 bits of the
+// (hex SHA-256) key, modulo Count.
+func (s Shard) holds(key string) bool {
+	if s.Count <= 1 {
+		return true
+	}
+	n, err := strconv.ParseUint(key[:min(16, len(key))], 16, 64)
+	if err != nil {
+		return true
+	}
+	return n%uint64(s.Count) == uint64(s.Index)
 }
 
 // Summary counts what a batch did. Total is the sum of the six outcomes.
 type Summary struct {
 	Total, Created, Existing, Replayed, Failed, Invalid, Unresolved int
+	// Skipped counts items left to other shards (BatchOptions.Shard), apart
+	// from Total.
+	Skipped int
+	// LeasesLost counts items that stopped because their key's lease was
+	// lost (ErrLeaseLost); they are unresolved too.
+	LeasesLost int
 	// Recovered counts items an earlier run had left pending and this
 	// batch settled.
 	Recovered int
@@ -76,6 +105,13 @@ type Summary struct {
 }
 
 func (s *Summary) add(r ItemResult) {
+	if r.Outcome == OutcomeSkipped {
+		s.Skipped++
+		return
+	}
+	if errors.Is(r.Err, ErrLeaseLost) {
+		s.LeasesLost++
+	}
 	s.Total++
 	switch r.Outcome {
 	case OutcomeCreated:
@@ -110,6 +146,9 @@ func (s *Summary) add(r ItemResult) {
 // in that case.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
 	start := time.Now()
+	if sh := opts.Shard; sh.Count > 1 && (sh.Index < 0 || sh.Index >= sh.Count) {
+		return Summary{}, fmt.Errorf("%w: shard %d of %d", ErrConfig, sh.Index, sh.Count)
+	}
 	slots := opts.Concurrency
 	if slots <= 0 {
 		slots = 4
@@ -163,7 +202,7 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	worker := func() {
 		defer wg.Done()
 		for it := range queue {
-			r := c.runItem(itemCtx, it, st.drain)
+			r := c.runItem(itemCtx, it, opts.Shard, st.drain)
 			switch {
 			case errors.Is(r.Err, ErrStopRun):
 				st.stop(r.Err)
@@ -241,7 +280,7 @@ func (s *batchStop) err() error {
 }
 
 // runItem deposits one item and classifies the result.
-func (c *Client) runItem(ctx context.Context, it Item, drain <-chan struct{}) ItemResult {
+func (c *Client) runItem(ctx context.Context, it Item, shard Shard, drain <-chan struct{}) ItemResult {
 	var (
 		k   canonical.Keyed
 		err error
@@ -253,6 +292,9 @@ func (c *Client) runItem(ctx context.Context, it Item, drain <-chan struct{}) It
 	}
 	if err != nil {
 		return ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+	}
+	if !shard.holds(k.Key) {
+		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeSkipped}}
 	}
 	select {
 	case <-drain:

@@ -114,6 +114,10 @@ const (
 	OutcomeInvalid Outcome = "invalid"
 	// OutcomeUnresolved: the outcome is unknown; running again is safe.
 	OutcomeUnresolved Outcome = "unresolved"
+
+	// OutcomeSkipped is not one of the six: a batch item left to another
+	// shard (BatchOptions.Shard), counted apart from Summary.Total.
+	OutcomeSkipped Outcome = "skipped"
 )
 
 // OutcomeOf classifies a deposit error into the outcome a batch reports:

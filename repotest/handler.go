@@ -1,6 +1,7 @@
 package repotest
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"crypto/sha256"
@@ -13,6 +14,7 @@ import (
 	"io"
 	"maps"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -275,7 +277,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
-		defer h.writeStarts(r)()
+		done := h.writeStarts(r)
+		defer done()
+		w = &answerWatch{ResponseWriter: w, answered: done}
 	}
 	if h.cfg.Protocol == ProtocolPut {
 		h.servePut(w, r)
@@ -285,7 +289,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeStarts counts a write of r's key as being handled, and an overlap if
-// another was already; the function it returns counts it done.
+// another was already; the function it returns counts it done (once, however
+// often it is called).
 func (h *Handler) writeStarts(r *http.Request) func() {
 	key := r.URL.Path
 	if h.cfg.Protocol != ProtocolPut {
@@ -300,14 +305,40 @@ func (h *Handler) writeStarts(r *http.Request) func() {
 		h.stats.Overlaps++
 	}
 	h.writing[key]++
-	return func() {
+	return sync.OnceFunc(func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.writing[key]--; h.writing[key] == 0 {
 			delete(h.writing, key)
 		}
-	}
+	})
 }
+
+// answerWatch ends a write's handling as its answer starts (or its
+// connection is hung up), before the client can read it and send again.
+type answerWatch struct {
+	http.ResponseWriter
+	answered func()
+}
+
+func (a *answerWatch) WriteHeader(status int) {
+	a.answered()
+	a.ResponseWriter.WriteHeader(status)
+}
+
+func (a *answerWatch) Write(b []byte) (int, error) {
+	a.answered()
+	return a.ResponseWriter.Write(b)
+}
+
+func (a *answerWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	a.answered()
+	return http.NewResponseController(a.ResponseWriter).Hijack()
+}
+
+func (a *answerWatch) Flush() { _ = http.NewResponseController(a.ResponseWriter).Flush() }
+
+func (a *answerWatch) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // servePut serves PUT /{key} and GET /{key}.
 func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -71,7 +72,7 @@ func summaryOf(t *testing.T, stdout string) summaryJSON {
 	t.Helper()
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), "stdout: %q", stdout)
-	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "unread", "requests", "retries", "elapsed_ms"}
+	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "elapsed_ms"}
 	require.ElementsMatch(t, want, slices.Collect(mapsKeys(raw)))
 	var s summaryJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
@@ -107,7 +108,16 @@ func jsonLines(t *testing.T, text string) []map[string]any {
 // storeRows reads every row of the store at path.
 func storeRows(t *testing.T, path string) []dedup.Record {
 	t.Helper()
-	st, err := dedup.Open(path)
+	var st interface {
+		List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
+		Close() error
+	}
+	var err error
+	if isPostgres(path) {
+		st, err = dedup.OpenPostgres(context.Background(), path)
+	} else {
+		st, err = dedup.Open(path)
+	}
 	require.NoError(t, err)
 	defer st.Close()
 	var out []dedup.Record

@@ -93,6 +93,9 @@ func newProgress(w io.Writer, size int64, read func() int64, interval time.Durat
 func (p *progress) add(r client.ItemResult) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if r.Outcome == client.OutcomeSkipped {
+		return
+	}
 	p.sum.Total++
 	switch r.Outcome {
 	case client.OutcomeCreated:

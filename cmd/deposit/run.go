@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ type runOptions struct {
 	maxElapsed    time.Duration
 	rate          float64
 	retryFailed   bool
+	lease         time.Duration
+	shardSpec     string
+	shard         client.Shard
 	datasets      string
 	maxLineBytes  int64
 	results       string
@@ -75,9 +79,17 @@ Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","recovered","unread","requests","retries","elapsed_ms"}.
-"total" is the sum of the six outcomes, over the lines read; "unread" counts
-the non-blank lines a run that stopped early never read.
+"unresolved","recovered","unread","skipped","leases_lost","requests","retries",
+"elapsed_ms"}. "total" is the sum of the six outcomes, over the lines read;
+"unread" counts the non-blank lines a run that stopped early never read,
+"skipped" those left to other shards (--shard); "leases_lost" counts items
+stopped because another process took their key over (they are unresolved).
+
+Fleets: processes sharing one --db (a SQLite file on one machine, or a
+postgres:// URL) split the work by key without further setup: each key is
+leased to one process while it is sent; a key another live process holds is
+waited for and reported replayed; a dead process's keys are taken over once
+its lease (--lease) expires.
 --results FILE: one JSON object per non-blank line, in completion order:
 {"line","key","outcome","identifier","status","error"}, absent values omitted.
 
@@ -104,6 +116,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", 2*time.Minute, "time budget for retrying one item")
 	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
+	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
+	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
 	fs.StringVar(&o.datasets, "datasets", "", "deposit datasets: each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`; the key covers the files' bytes")
 	fs.Int64Var(&o.maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes; a longer line is invalid")
 	fs.StringVar(&o.results, "results", "", "write one JSON object per input line to `FILE`")
@@ -127,8 +141,17 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-elapsed must be positive")
 	case o.rate < 0:
 		return c.usageError(s, "--rate must not be negative")
+	case o.lease < 100*time.Millisecond:
+		return c.usageError(s, "--lease must be at least 100ms")
 	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
 		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
+	}
+	if o.shardSpec != "" {
+		sh, err := parseShard(o.shardSpec)
+		if err != nil {
+			return c.usageError(s, "--shard: %v", err)
+		}
+		o.shard = sh
 	}
 	o.input = pos[0]
 	_, code = runBatch(ctx, o, s, c)
@@ -146,6 +169,8 @@ type summaryJSON struct {
 	Unresolved int   `json:"unresolved"`
 	Recovered  int   `json:"recovered"`
 	Unread     int64 `json:"unread"`
+	Skipped    int   `json:"skipped"`
+	LeasesLost int   `json:"leases_lost"`
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
@@ -239,6 +264,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Retry:       backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
 		Rate:        o.rate,
 		RetryFailed: o.retryFailed,
+		Lease:       o.lease,
 		Header:      header,
 		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
 		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
@@ -271,6 +297,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	var keyReused int // failed: 422 under idempotency-key
 	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
+		Shard:       o.shard,
 		OnResult: func(r client.ItemResult) {
 			prog.add(r)
 			reused := proto == protocol.IdempotencyKey && r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
@@ -330,7 +357,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
-			Unread: unread, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
@@ -419,7 +446,7 @@ func logItem(p *progress, r client.ItemResult, keyReused bool) {
 		// One line on the terminal; --results keeps the key and the error.
 		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
 	case r.Recovered && r.Err == nil:
-		p.logf("line %d: recovered: %s was left uncertain by an earlier run; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
+		p.logf("line %d: recovered: %s was left uncertain by an earlier run or another process; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
 	}
 }
 
@@ -568,9 +595,15 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
 		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
-		fmt.Fprintf(w, " (%d recovered from an earlier run)", sum.Recovered)
+		fmt.Fprintf(w, " (%d recovered: left uncertain by an earlier run or another process)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if sum.Skipped > 0 {
+		fmt.Fprintf(w, "  %s skipped: left to other shards (--shard %s)\n", plural(sum.Skipped, "line"), o.shardSpec)
+	}
+	if sum.LeasesLost > 0 {
+		fmt.Fprintf(w, "  %s stopped: another process took over %s key (this process could not renew its lease in time)\n", plural(sum.LeasesLost, "item"), pick(sum.LeasesLost, "its", "their"))
+	}
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
@@ -593,6 +626,17 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if sum.Invalid > 0 {
 		fmt.Fprintf(w, "  %s invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", plural(sum.Invalid, "line"))
 	}
+}
+
+// parseShard reads --shard I/N (1-based) as the client's 0-based Shard.
+func parseShard(spec string) (client.Shard, error) {
+	i, n, ok := strings.Cut(spec, "/")
+	a, errA := strconv.Atoi(i)
+	b, errB := strconv.Atoi(n)
+	if !ok || errA != nil || errB != nil || b < 1 || a < 1 || a > b {
+		return client.Shard{}, fmt.Errorf("%q is not I/N with 1 ≤ I ≤ N, such as 1/4", spec)
+	}
+	return client.Shard{Index: a - 1, Count: b}, nil
 }
 
 // plural is n and noun, with an s unless n is 1.
