@@ -154,6 +154,10 @@ type Result struct {
 	// run (or another process) left its outcome uncertain, and this deposit
 	// settled it.
 	Recovered bool
+	// RecordID is, for a target whose records have an id of their own beside
+	// the identifier minted (InvenioRDM: the record id beside its DOI), that
+	// id; "" for other targets.
+	RecordID string
 }
 
 // Client deposits payloads exactly once. It is safe for concurrent use by
@@ -181,6 +185,7 @@ type Client struct {
 	lookups  lookups
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
+	seeds    seeding     // the scan of a server for a store that holds nothing
 }
 
 // New returns a Client for cfg. It checks the key settings against those the
@@ -215,6 +220,9 @@ func New(cfg Config) (*Client, error) {
 	keyer, err := canonical.NewKeyer(form, cfg.Ignore)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
+		keyer = keyer.WithFileMD5()
 	}
 	c := &Client{
 		target:      drv,

@@ -64,6 +64,9 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 	if err != nil {
 		return r.res, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := r.prepare(ctx, k, steps); err != nil {
+		return r.res, err
+	}
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
 	for i := range steps {
@@ -123,6 +126,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		}
 	}
 	if start == len(steps) {
+		r.noteRecordID(steps, prior)
 		return r.res, nil
 	}
 
@@ -167,12 +171,19 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
+		if id, ok := settledBefore(s, prior[:i]); ok {
+			if prior[i], err = r.confirm(ctx, s, OutcomeExisting, id, 0); err != nil {
+				return r.res, s.wrap(err)
+			}
+			continue
+		}
 		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
 		if err != nil {
 			return r.res, s.wrap(err)
 		}
 		prior[i] = id
 	}
+	r.noteRecordID(steps, prior)
 	return r.res, nil
 }
 
@@ -218,11 +229,13 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.
 	reconciles := !s.arbitrated && s.check != nil
+	missed := false // a check found nothing after an ambiguous attempt
 	if uncertain && reconciles {
 		f, err := x.runCheck(ctx, s.check, prior, true)
 		if err != nil {
 			return "", r.checkFailed(ctx, s, err)
 		}
+		missed = f.kind == findingAbsent
 		switch f.kind {
 		case findingPresent:
 			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), 0)
@@ -241,7 +254,11 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		}
 		switch cls {
 		case classCreated:
-			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+			id, err := r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+			if err == nil && missed {
+				err = r.noteMissed(ctx, s)
+			}
+			return id, err
 
 		case classExists:
 			if v.id != "" || s.check == nil {
@@ -289,6 +306,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			case findingForeign:
 				return "", r.fail(ctx, s, f.herr)
 			}
+			missed = missed || (cls == classAmbiguous && f.kind == findingAbsent)
 			if cls == classConflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}
