@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -183,3 +184,271 @@ func TestInvenioTooManyFilesIsInvalidBeforeAnyRequest(t *testing.T) {
 	require.ErrorContains(t, err, "at most 2")
 	require.Zero(t, s.Stats().Requests)
 }
+
+// runUntilSettled runs the batch again while items are unresolved, as a
+// user would, at most rounds times, and returns every item's last result
+// by line.
+func runUntilSettled(t testing.TB, c *Client, its []Item, rounds int) map[int64]ItemResult {
+	t.Helper()
+	last := map[int64]ItemResult{}
+	for round := range rounds {
+		sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) { last[r.Line] = r }})
+		require.NoError(t, err)
+		if sum.Unresolved == 0 {
+			require.Zero(t, sum.Failed+sum.Invalid, "round %d: %+v", round, sum)
+			return last
+		}
+	}
+	t.Fatalf("items still unresolved after %d rounds", rounds)
+	return nil
+}
+
+// Faults at every step: the create, each file's init, upload and commit,
+// and the publish are dropped after they commit, refused with 5xx, 429 and
+// 503, and a publish is answered 504 after it went through; reads fail too.
+// The server ends with exactly one published record per dataset, each with
+// exactly its files, and no other draft.
+func TestInvenioChaosAtEveryStep(t *testing.T) {
+	for _, spec := range []string{
+		"nth=1:drop",
+		"nth=1:504",
+		"drop=0.1,500=0.05,504=0.08,503=0.05,429=0.04,reset=0.03,reads",
+	} {
+		t.Run(spec, func(t *testing.T) {
+			s := startInvenioStub(t, repotest.InvenioConfig{Faults: spec, Seed: 7, IndexLag: 10 * time.Millisecond})
+			store := openStore(t)
+			c := invenioClient(t, s, store, Invenio{}, fastRetry)
+			its, sums := invenioDatasets(t, t.TempDir(), 12, 2)
+			first := runUntilSettled(t, c, its, 10)
+			byMarker := requireOnePublishedEach(t, s, its, sums)
+			require.Positive(t, s.Stats().Faults)
+
+			ids := map[string]bool{}
+			for _, r := range byMarker {
+				ids[r.DOI] = true
+			}
+			creates := s.Stats().Drafts
+			// The first replay searches again for the drafts created after
+			// a search had found nothing; the second sends nothing.
+			for round := range 2 {
+				sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) {
+					require.Equal(t, OutcomeReplayed, r.Outcome)
+					require.Equal(t, first[r.Line].Identifier, r.Identifier, "line %d", r.Line)
+					require.Equal(t, first[r.Line].RecordID, r.RecordID, "line %d", r.Line)
+					require.True(t, ids[r.Identifier], "identifier %s is a published record's DOI", r.Identifier)
+				}})
+				require.NoError(t, err)
+				require.Equal(t, len(its), sum.Replayed)
+				if round == 1 {
+					require.Zero(t, sum.Requests)
+				}
+			}
+			require.Equal(t, creates, s.Stats().Drafts)
+		})
+	}
+}
+
+// The store lost after a finished batch: the next run scans the user's
+// records once, seeds the store, creates nothing and recalls every
+// identifier. With a key secret the marker is the HMAC form, and the same
+// holds.
+func TestInvenioLostStoreCreatesNothingNew(t *testing.T) {
+	for _, secret := range []string{"", "k3y"} {
+		t.Run("secret="+secret, func(t *testing.T) {
+			s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 10 * time.Millisecond})
+			tgt := Invenio{KeySecret: []byte(secret)}
+			dir := t.TempDir()
+			its, _ := invenioDatasets(t, dir, 6, 2)
+			its = append(its, Item{Line: 7, Payload: invenioRecord(7)})
+			first := runUntilSettled(t, invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), tgt, fastRetry), its, 3)
+			before := s.Stats()
+			for _, r := range s.Records() {
+				for _, id := range r.Identifiers {
+					if secret != "" {
+						require.Contains(t, id, "hmac-sha256:")
+					}
+				}
+			}
+
+			lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), tgt, fastRetry)
+			sum, err := lost.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) {
+				require.NoError(t, r.Err)
+				require.Equal(t, first[r.Line].Identifier, r.Identifier, "line %d", r.Line)
+				require.Equal(t, first[r.Line].RecordID, r.RecordID, "line %d", r.Line)
+			}})
+			require.NoError(t, err)
+			require.Equal(t, len(its), sum.Replayed)
+			after := s.Stats()
+			require.Equal(t, before.Drafts, after.Drafts, "nothing new created")
+			require.Equal(t, before.Uploads, after.Uploads)
+			require.Equal(t, before.Published, after.Published)
+			require.Equal(t, int64(1), after.Searches-before.Searches, "one page of scan, no per-key search")
+			require.Zero(t, after.FallbackQueries)
+		})
+	}
+}
+
+// A store lost while a dataset was half uploaded: its draft is found by
+// the scan, and every file step looks at the file's entry before sending
+// anything, so a committed file is not uploaded again.
+func TestInvenioLostStoreResumesAHalfUploadedDraft(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
+	dir := t.TempDir()
+	its, sums := invenioDatasets(t, dir, 1, 3)
+	c := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), Invenio{}, fastRetry)
+	// The first run ends once the first file is committed (the only POST
+	// answered 200), as a kill would end it.
+	ctx, cancel := context.WithCancel(context.Background())
+	c.hooks.OnRequest = func(e RequestEvent) {
+		if e.Method == http.MethodPost && e.Status == http.StatusOK {
+			cancel()
+		}
+	}
+	d := its[0].Dataset
+	_, err := c.DepositDataset(ctx, d.Dir, d.Metadata, d.Files)
+	require.Error(t, err)
+	before := s.Stats()
+	require.Equal(t, int64(1), before.Drafts)
+	require.Equal(t, int64(1), before.Commits)
+	require.Zero(t, before.Published)
+
+	lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), Invenio{}, fastRetry)
+	res, err := lost.DepositDataset(context.Background(), d.Dir, d.Metadata, d.Files)
+	require.NoError(t, err)
+	require.True(t, res.Recovered)
+	requireOnePublishedEach(t, s, its, sums)
+	after := s.Stats()
+	require.Equal(t, int64(1), after.Drafts, "the draft was found, not created again")
+	require.Equal(t, int64(3), after.Commits)
+	require.Equal(t, int64(3), after.Uploads, "no file uploaded twice")
+}
+
+// A search index that lags more than the settle time hides the draft a
+// dropped create made: the client creates a second one, and the next run
+// finds both by the marker and reports the conflict instead of picking one.
+func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
+	const lag = 150 * time.Millisecond
+	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: lag})
+	store := openStore(t)
+	c := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)
+	ctx := context.Background()
+
+	res, err := c.Deposit(ctx, invenioRecord(3))
+	require.NoError(t, err, "the first run cannot see the duplicate")
+	require.Equal(t, int64(2), s.Stats().Drafts)
+
+	time.Sleep(lag) // the index catches up
+	again := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)
+	_, err = again.Deposit(ctx, invenioRecord(3))
+	require.ErrorIs(t, err, ErrTerminal)
+	require.ErrorContains(t, err, "2 records carry the marker")
+	var ids []string
+	for _, r := range s.Records() {
+		ids = append(ids, r.ID)
+	}
+	for _, id := range ids {
+		require.ErrorContains(t, err, id)
+	}
+	require.Contains(t, ids, res.RecordID)
+	require.Equal(t, int64(2), s.Stats().Drafts, "nothing resolved by creating or deleting")
+
+	// Reported on every run until the surplus draft is deleted; then a
+	// deliberate retry settles it.
+	_, err = again.Deposit(ctx, invenioRecord(3))
+	require.ErrorIs(t, err, ErrTerminal)
+	for _, r := range s.Records() {
+		if !r.Published {
+			req, _ := http.NewRequest(http.MethodDelete, s.API+"/records/"+r.ID+"/draft", nil)
+			req.Header.Set("Authorization", "Bearer "+invenioTestToken)
+			resp, err := s.Client().Do(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		}
+	}
+	fixed, err := New(Config{Target: Invenio{Endpoint: s.API, SettleTime: lag / 10, SearchRate: -1}, Store: store, Retry: fastRetry,
+		Rate: -1, HTTPClient: s.Client(), RetryFailed: true, Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
+	require.NoError(t, err)
+	out, err := fixed.Deposit(ctx, invenioRecord(3))
+	require.NoError(t, err)
+	require.Equal(t, res.Identifier, out.Identifier)
+}
+
+// A run killed after sending the create, before recording its answer, left
+// the draft's intent pending: the next run finds the draft by its marker
+// instead of creating a second one.
+func TestInvenioResumesAKilledCreateByItsMarker(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: 10 * time.Millisecond})
+	store := openStore(t)
+	one := backoff.Policy{Base: time.Millisecond, MaxAttempts: 1, MaxElapsed: time.Second}
+	c := invenioClient(t, s, store, Invenio{SettleTime: time.Millisecond}, one)
+	ctx, cancel := context.WithCancel(context.Background())
+	// The drop ends the first run: the context is cancelled as the check
+	// starts, as a kill would end it.
+	c.hooks.OnRequest = func(e RequestEvent) {
+		if e.Method == http.MethodPost && e.Status == 0 {
+			cancel()
+		}
+	}
+	_, err := c.Deposit(ctx, invenioRecord(4))
+	require.Error(t, err)
+	require.Equal(t, int64(1), s.Stats().Drafts)
+	key, err := c.Key(invenioRecord(4))
+	require.NoError(t, err)
+	rec, err := store.Lookup(context.Background(), Invenio{Endpoint: s.API}.mustDriver(t).draftTarget(), key.Key)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatePending, rec.State)
+
+	res, err := invenioClient(t, s, store, Invenio{}, fastRetry).Deposit(context.Background(), invenioRecord(4))
+	require.NoError(t, err)
+	require.True(t, res.Recovered)
+	require.Equal(t, int64(1), s.Stats().Drafts, "no second create")
+	require.Equal(t, int64(1), s.Stats().Published)
+}
+
+func (t Invenio) mustDriver(tb testing.TB) invenioDriver {
+	d, err := t.driver()
+	require.NoError(tb, err)
+	return d.(invenioDriver)
+}
+
+// 429s of the server's rate limit are waited out until X-RateLimit-Reset.
+func TestInvenioWaitsOutTheRateLimit(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{Limit: 5, SearchLimit: 1, Window: 300 * time.Millisecond})
+	retry := backoff.Policy{Base: time.Millisecond, Cap: 3 * time.Second, MaxAttempts: 8, MaxElapsed: time.Minute}
+	c := invenioClient(t, s, openStore(t), Invenio{}, retry)
+	var its []Item
+	for i := range 4 {
+		its = append(its, Item{Line: int64(i + 1), Payload: invenioRecord(i)})
+	}
+	runUntilSettled(t, c, its, 1)
+	requireOnePublishedEach(t, s, its, nil)
+	require.Positive(t, s.Stats().RateLimited)
+}
+
+// Two drafts found with one marker in a lost store's scan are a conflict:
+// reported, nothing created or published.
+func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{})
+	c := invenioClient(t, s, openStore(t), Invenio{}, fastRetry)
+	k, err := c.Key(invenioRecord(5))
+	require.NoError(t, err)
+	body, err := invenioDraftBody(k.Body, InvenioMarker(k.Key, nil), false)
+	require.NoError(t, err)
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, s.API+"/records", bytesReader(body))
+		req.Header.Set("Authorization", "Bearer "+invenioTestToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := s.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	_, err = c.Deposit(context.Background(), invenioRecord(5))
+	require.ErrorIs(t, err, ErrTerminal)
+	require.ErrorContains(t, err, "2 records carry the marker")
+	require.Equal(t, int64(2), s.Stats().Drafts)
+	require.Zero(t, s.Stats().Published)
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
