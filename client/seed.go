@@ -37,6 +37,8 @@ type seeder interface {
 	// readScan reads one page: what it found, whether another page
 	// follows, and ok false for an answer that is not a page.
 	readScan(a answer, page int) (found []seedFound, more, ok bool)
+	// problem summarises an error body of the server in one line.
+	problem(body []byte) string
 	// scanSettle is how long to wait before the scan, so that what a run
 	// created just before its store was lost is searchable.
 	scanSettle() time.Duration
@@ -216,9 +218,9 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder) (map[string][]seedFoun
 		switch cls {
 		case classCreated:
 		case classStop:
-			return nil, fmt.Errorf("%w: %w", ErrStopRun, answerError(req.method, a, ""))
+			return nil, fmt.Errorf("%w: %w", ErrStopRun, answerError(req.method, a, sd.problem(a.body)))
 		default:
-			return nil, fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.method, a, ""))
+			return nil, fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.method, a, sd.problem(a.body)))
 		}
 		for _, f := range found {
 			index[f.marker] = append(index[f.marker], f)

@@ -553,7 +553,8 @@ const (
 	invenioScanPages = 10000 / invenioScanSize
 )
 
-func (d invenioDriver) scanSettle() time.Duration { return d.settle }
+func (d invenioDriver) scanSettle() time.Duration  { return d.settle }
+func (d invenioDriver) problem(body []byte) string { return invenioProblem(body) }
 
 func (d invenioDriver) scanPage(page int) request {
 	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}}
