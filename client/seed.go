@@ -243,8 +243,8 @@ func (r *runDeposit) noteMissed(ctx context.Context, s *step) error {
 	if _, err := r.c.store.Begin(context.WithoutCancel(ctx), s.recheck, s.key, nil); err != nil {
 		return r.c.storeError(err)
 	}
-	r.c.log.Warn("created after a search found nothing; if the search index lagged more than the settle time this is a duplicate, which the next run reports",
-		"key", s.key, "step", s.label)
+	r.c.log.Debug("created after a search found nothing", "key", s.key, "step", s.label)
+	r.c.warnOnce("some records were created after a search for them found nothing; if the search index lagged more than the settle time, one is a duplicate: the next run searches for them again and reports any")
 	return nil
 }
 

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,7 +39,7 @@ func TestRunDepositsDatasetsOnceToInvenio(t *testing.T) {
 	results := filepath.Join(dir, "results.jsonl")
 	args := func(db string) []string {
 		return []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--datasets", data, "--settle", "50ms",
-			"--rate", "1000", "--max-attempts", "4", "--db", db, "--results", results, "--json", input}
+			"--rate", "1000", "--search-rate", "1000", "--max-attempts", "4", "--db", db, "--results", results, "--json", input}
 	}
 	db := filepath.Join(dir, "a.db")
 	r := deposit(t, env, args(db)...)
@@ -93,4 +96,81 @@ func TestRunDepositsDatasetsOnceToInvenio(t *testing.T) {
 		require.Contains(t, r.stderr, "403")
 		require.NotContains(t, r.stderr, "n0tmine")
 	})
+}
+
+// Runs killed with SIGKILL at random moments, then run again until done:
+// exactly one published record per dataset, each with exactly its file, no
+// orphan draft, and every identifier recalled on replay.
+func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
+	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{
+		Token: "tok3n", Faults: "drop=0.05,504=0.05", Seed: 9, IndexLag: 5 * time.Millisecond, Latency: time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	const n = 150
+	var lines []string
+	sums := map[string]bool{}
+	for i := range n {
+		name := fmt.Sprintf("f%03d.txt", i)
+		require.NoError(t, os.WriteFile(filepath.Join(data, name), fmt.Appendf(nil, "file %d\n", i), 0o600))
+		sums[name] = true
+		lines = append(lines, fmt.Sprintf(`{"metadata":{"title":"Run %d","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}},"files":["%s"]}`, i, name))
+	}
+	input := writeFile(t, dir, "datasets.jsonl", lines...)
+	db := filepath.Join(dir, "deposit.db")
+	results := filepath.Join(dir, "results.jsonl")
+	args := []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--datasets", data, "--settle", "30ms",
+		"--rate", "1000", "--search-rate", "1000", "--concurrency", "8", "--db", db, "--results", results, "--json", input}
+	run := func() *process {
+		p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
+		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+		require.NoError(t, p.cmd.Start())
+		return p
+	}
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	for kill := range 4 {
+		p := run()
+		time.Sleep(time.Duration(30+rnd.IntN(400)) * time.Millisecond)
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Logf("kill %d: the run had already ended: %v", kill, err)
+		}
+		p.wait(t)
+	}
+	t.Logf("after the kills: %d drafts, %d published", srv.Stats().Drafts, srv.Stats().Published)
+	for round := 1; ; round++ {
+		require.LessOrEqual(t, round, 10, "the batch never finished")
+		p := run()
+		began := time.Now()
+		code := p.wait(t)
+		t.Logf("round %d: %v", round, time.Since(began))
+		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
+		if code == exitDone {
+			break
+		}
+	}
+	recs := srv.Records()
+	require.Len(t, recs, n, "one record per dataset, no orphan draft")
+	doiOf := map[string]string{}
+	for _, rec := range recs {
+		require.True(t, rec.Published, rec.ID)
+		require.Len(t, rec.Files, 1, rec.ID)
+		require.Equal(t, "completed", rec.Files[0].Status)
+		require.True(t, sums[rec.Files[0].Key])
+		delete(sums, rec.Files[0].Key)
+		doiOf[rec.DOI] = rec.ID
+	}
+	require.Empty(t, sums, "every file on a record")
+
+	p := run()
+	require.Equal(t, exitDone, p.wait(t), p.stderr.String())
+	require.Equal(t, n, summaryOf(t, p.stdout.String()).Replayed)
+	body, err := os.ReadFile(results)
+	require.NoError(t, err)
+	for _, row := range jsonLines(t, string(body)) {
+		require.Equal(t, doiOf[row["identifier"].(string)], row["record"], "line %v", row["line"])
+	}
 }

@@ -45,6 +45,7 @@ type runOptions struct {
 	dataciteEvent string
 	noPublish     bool
 	settle        time.Duration
+	searchRate    float64
 	input         string // FILE, or "-" for stdin
 
 }
@@ -116,6 +117,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
+	fs.Float64Var(&o.searchRate, "search-rate", 0, "invenio: searches per second, within --rate (default 0.45, inside Zenodo's 30 a minute)")
 	fs.DurationVar(&o.settle, "settle", 0, "invenio: how long the search index may lag before a draft not found is trusted absent (default 5s)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -132,8 +134,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-attempts must be at least 1")
 	case o.maxElapsed <= 0:
 		return c.usageError(s, "--max-elapsed must be positive")
-	case o.rate < 0:
-		return c.usageError(s, "--rate must not be negative")
+	case o.rate < 0 || o.searchRate < 0:
+		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
 		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
 	}
@@ -184,7 +186,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle}, s.getenv)
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}

@@ -13,12 +13,13 @@ import (
 
 // targetFlags are the flags that choose and configure a target.
 type targetFlags struct {
-	endpoint  string
-	idPointer string
-	doiPrefix string
-	event     string
-	noPublish bool
-	settle    time.Duration
+	endpoint   string
+	idPointer  string
+	doiPrefix  string
+	event      string
+	noPublish  bool
+	settle     time.Duration
+	searchRate float64
 }
 
 // newTarget builds the client target that the flags and the environment
@@ -40,7 +41,7 @@ func newTarget(proto string, f targetFlags, getenv func(string) string) (client.
 	case protocol.DataCite:
 		return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
 	case protocol.Invenio:
-		return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle}, nil
+		return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
 	}
 	return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
 }
