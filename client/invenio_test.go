@@ -452,3 +452,42 @@ func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// A payload InvenioRDM accepts as a draft but refuses to publish fails the
+// deposit with the server's validation messages, and the failure is
+// answered from the store on a re-run, without a second draft.
+func TestInvenioPublishRefusalFailsOnceAndKeepsTheDraft(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{})
+	c := invenioClient(t, s, openStore(t), Invenio{}, fastRetry)
+	payload := []byte(`{"title":"no creators"}`)
+	_, err := c.Deposit(context.Background(), payload)
+	require.ErrorIs(t, err, ErrTerminal)
+	require.ErrorContains(t, err, "metadata.creators")
+	require.ErrorContains(t, err, "the draft stays")
+	_, err = c.Deposit(context.Background(), payload)
+	require.ErrorIs(t, err, ErrTerminal)
+	require.Equal(t, int64(1), s.Stats().Drafts)
+}
+
+// --no-publish stops at drafts with their files; a later run that
+// publishes finds them done and only publishes.
+func TestInvenioDraftsFirstPublishLater(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{})
+	store := openStore(t)
+	its, sums := invenioDatasets(t, t.TempDir(), 2, 2)
+	drafts := runUntilSettled(t, invenioClient(t, s, store, Invenio{NoPublish: true}, fastRetry), its, 1)
+	require.Zero(t, s.Stats().Published)
+	for _, r := range drafts {
+		require.Equal(t, r.RecordID, r.Identifier, "a draft's identifier is its record id")
+	}
+	before := s.Stats()
+	published := runUntilSettled(t, invenioClient(t, s, store, Invenio{}, fastRetry), its, 1)
+	requireOnePublishedEach(t, s, its, sums)
+	after := s.Stats()
+	require.Equal(t, before.Drafts, after.Drafts)
+	require.Equal(t, before.Uploads, after.Uploads)
+	for line, r := range published {
+		require.Equal(t, drafts[line].RecordID, r.RecordID)
+		require.NotEqual(t, r.RecordID, r.Identifier, "now a DOI")
+	}
+}

@@ -258,6 +258,11 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 				if v.id = stringMember(a.body, "id"); v.id == "" {
 					v.class, v.problem = classAmbiguous, "the create answer names no draft id"
 				}
+				if bytes.Contains(a.body, []byte(`"errors"`)) {
+					// InvenioRDM keeps a draft with invalid or missing fields
+					// and says so here; only its publish refuses it.
+					v.warn = "InvenioRDM created drafts with validation errors (the fields it dropped are in the create answer); publishing them will be refused"
+				}
 			}
 			return v
 		},
@@ -512,8 +517,11 @@ func (d invenioDriver) publishStep(key string) step {
 		},
 		judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
-			if a.err == nil && a.status == http.StatusAccepted {
+			switch {
+			case a.err == nil && a.status == http.StatusAccepted:
 				v.class = classCreated
+			case v.class == classTerminal:
+				v.problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.problem
 			}
 			if v.class == classCreated {
 				v.id = pid(a.body, stringMember(a.body, "id"))

@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -173,4 +176,35 @@ func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
 	for _, row := range jsonLines(t, string(body)) {
 		require.Equal(t, doiOf[row["identifier"].(string)], row["record"], "line %v", row["line"])
 	}
+}
+
+// deposit serve --protocol invenio serves the stub under /api, asking for
+// the token DEPOSIT_AUTHORIZATION names.
+func TestServeRunsTheInvenioStub(t *testing.T) {
+	env := func(name string) string {
+		if name == "DEPOSIT_AUTHORIZATION" {
+			return "Bearer abc"
+		}
+		return ""
+	}
+	h, err := newRepository("invenio", repotest.Config{Seed: 1}, 0, env)
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	post := func(auth string) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/records", strings.NewReader(`{"metadata":{"title":"t"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, post(""))
+	require.Equal(t, http.StatusCreated, post("Bearer abc"))
+	require.Contains(t, h.counters(), "1 drafts created")
 }
