@@ -491,3 +491,76 @@ func TestInvenioDraftsFirstPublishLater(t *testing.T) {
 		require.NotEqual(t, r.RecordID, r.Identifier, "now a DOI")
 	}
 }
+
+// Two processes sharing one store, before leases: both may begin the same
+// deposit and both create a draft (InvenioRDM dedups nothing). Whatever the
+// interleaving, a later run reports every marker held twice as a conflict
+// and replays every other deposit: no duplicate goes unreported.
+func TestInvenioTwoProcessesOnOneStoreReportEveryDuplicate(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 2 * time.Millisecond, Latency: time.Millisecond})
+	path := filepath.Join(t.TempDir(), "shared.db")
+	var its []Item
+	for i := range 40 {
+		its = append(its, Item{Line: int64(i + 1), Payload: invenioRecord(i)})
+	}
+	done := make(chan error, 2)
+	for range 2 {
+		c := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+		go func() {
+			_, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4})
+			done <- err
+		}()
+	}
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
+
+	held := map[string]int{}
+	for _, r := range s.Records() {
+		for _, id := range r.Identifiers {
+			held[id]++
+		}
+	}
+	dups := 0
+	for _, n := range held {
+		if n > 1 {
+			dups++
+		}
+	}
+	t.Logf("%d of %d deposits made twice by the two processes", dups, len(its))
+
+	later := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+	reported := 0
+	_, err := later.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) {
+		if held[InvenioMarker(r.Key, nil)] > 1 {
+			require.ErrorIs(t, r.Err, ErrTerminal, "line %d", r.Line)
+			require.ErrorContains(t, r.Err, "records carry the marker")
+			reported++
+			return
+		}
+		require.NoError(t, r.Err, "line %d", r.Line)
+	}})
+	require.NoError(t, err)
+	require.Equal(t, dups, reported)
+}
+
+// A publish answered 404 (the draft was published meanwhile, by another
+// process) is confirmed by reading the record back, not failed.
+func TestInvenioPublishOfAPublishedDraftIsConfirmed(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{})
+	store := openStore(t)
+	c := invenioClient(t, s, store, Invenio{NoPublish: true}, fastRetry)
+	res, err := c.Deposit(context.Background(), invenioRecord(8))
+	require.NoError(t, err)
+	req, _ := http.NewRequest(http.MethodPost, s.API+"/records/"+res.RecordID+"/draft/actions/publish", nil)
+	req.Header.Set("Authorization", "Bearer "+invenioTestToken)
+	resp, err := s.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	out, err := invenioClient(t, s, store, Invenio{}, fastRetry).Deposit(context.Background(), invenioRecord(8))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeExisting, out.Outcome)
+	require.Equal(t, s.Records()[0].DOI, out.Identifier)
+	require.Equal(t, int64(1), s.Stats().Published)
+}

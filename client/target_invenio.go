@@ -520,6 +520,10 @@ func (d invenioDriver) publishStep(key string) step {
 			switch {
 			case a.err == nil && a.status == http.StatusAccepted:
 				v.class = classCreated
+			case a.err == nil && a.status == http.StatusNotFound:
+				// No draft: published already (by another process sharing
+				// the store), or deleted. The read-back tells which.
+				v.class, v.problem = classConflict, "the draft is gone and the record is not published (deleted?)"
 			case v.class == classTerminal:
 				v.problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.problem
 			}
