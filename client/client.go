@@ -20,7 +20,7 @@ import (
 // other zero field has the default its comment gives.
 type Config struct {
 	// Target is where deposits go and how: Put, IdempotencyKey, WebDAV,
-	// S3, CouchDB or DataCite. Required.
+	// S3, CouchDB, DataCite or Invenio. Required.
 	Target Target
 	// Store remembers every step's outcome. Required; *dedup.SQLite is one.
 	Store Store
@@ -40,8 +40,8 @@ type Config struct {
 	// Budget between clients to share it between their batches.
 	Budget *backoff.Budget
 	// Rate limits requests per second (fractions allowed). 0 is the
-	// target's default: unlimited, except DataCiteRate under DataCite. A
-	// negative Rate is unlimited.
+	// target's default: unlimited, except DataCiteRate under DataCite and
+	// InvenioRate under Invenio. A negative Rate is unlimited.
 	Rate float64
 	// RetryFailed re-sends items recorded as failed instead of reporting the
 	// recorded failure again.

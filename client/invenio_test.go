@@ -436,7 +436,7 @@ func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
 	body, err := invenioDraftBody(k.Body, InvenioMarker(k.Key, nil), false)
 	require.NoError(t, err)
 	for range 2 {
-		req, _ := http.NewRequest(http.MethodPost, s.API+"/records", bytesReader(body))
+		req, _ := http.NewRequest(http.MethodPost, s.API+"/records", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+invenioTestToken)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := s.Client().Do(req)
@@ -450,8 +450,6 @@ func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
 	require.Equal(t, int64(2), s.Stats().Drafts)
 	require.Zero(t, s.Stats().Published)
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 // A payload InvenioRDM accepts as a draft but refuses to publish fails the
 // deposit with the server's validation messages, and the failure is
