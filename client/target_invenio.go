@@ -51,7 +51,8 @@ import (
 // The identifier is the DOI the record was published with (its record id
 // when the instance mints none, or under NoPublish); Result.RecordID is the
 // record id. When the store holds nothing for the endpoint (new or lost),
-// the first deposit scans the user's records once, paged, for markers and
+// the first deposit waits SettleTime, then scans the user's records once,
+// paged (the newest 10,000: InvenioRDM answers no further), for markers and
 // seeds the store with what it finds, so a batch run again after its store
 // was lost creates nothing new. A draft created after a search had found
 // nothing is searched for again by the next run, which reports a duplicate
