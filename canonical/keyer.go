@@ -1,11 +1,13 @@
 package canonical
 
 import (
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/depositkit/deposit/internal/jsonpointer"
+	"hash"
 	"io"
 	"os"
 	"path"
@@ -33,6 +35,11 @@ type Keyed struct {
 	// Body is the canonical bytes of the payload as given, ignored fields
 	// kept. Where nothing was ignored, Key is the key of Body.
 	Body []byte
+	// MD5 holds, for a dataset keyed by a Keyer made WithFileMD5, the
+	// lowercase hex MD5 of each file by its cleaned path, computed in the
+	// same read as its SHA-256: repositories such as InvenioRDM report file
+	// checksums in MD5 only. Nil otherwise.
+	MD5 map[string]string
 }
 
 // Keyer derives keys and request bodies in one canonical form, leaving
@@ -44,6 +51,7 @@ type Keyer struct {
 	python bool
 	ignore []string
 	ptrs   [][]string // decoded reference tokens of ignore
+	md5    bool       // datasets: also hash each file with MD5
 }
 
 // NewKeyer returns a Keyer for form (the empty form means [FormJCS]) that
@@ -88,6 +96,14 @@ func parsePointer(s string) ([]string, error) {
 
 // Form returns the canonical form of k.
 func (k *Keyer) Form() Form { return k.form }
+
+// WithFileMD5 returns a copy of k whose dataset keys also carry each file's
+// MD5 (Keyed.MD5), read in the same pass as its SHA-256. Keys are the same.
+func (k *Keyer) WithFileMD5() *Keyer {
+	c := *k
+	c.md5 = true
+	return &c
+}
 
 // Ignore returns a copy of the ignore pointers, as given to [NewKeyer].
 func (k *Keyer) Ignore() []string { return slices.Clone(k.ignore) }
@@ -164,6 +180,7 @@ const hashBufferSize = 256 << 10
 type datasetFile struct {
 	path string
 	sum  [sha256.Size]byte
+	md5  []byte // when the keyer asks for it
 	size int64
 }
 
@@ -211,7 +228,7 @@ func (k *Keyer) DatasetKey(dir string, metadata []byte, files []string) (Keyed, 
 	defer root.Close()
 	buf := make([]byte, hashBufferSize)
 	for i := range entries {
-		if err := hashFile(root, &entries[i], buf); err != nil {
+		if err := hashFile(root, &entries[i], buf, k.md5); err != nil {
 			return Keyed{}, err
 		}
 	}
@@ -238,7 +255,14 @@ func (k *Keyer) DatasetKey(dir string, metadata []byte, files []string) (Keyed, 
 	for i, toks := range k.ptrs {
 		ptrs[i] = append([]string{"metadata"}, toks...)
 	}
-	return k.key(doc, ptrs)
+	keyed, err := k.key(doc, ptrs)
+	if err == nil && k.md5 {
+		keyed.MD5 = make(map[string]string, len(entries))
+		for _, e := range entries {
+			keyed.MD5[e.path] = hex.EncodeToString(e.md5)
+		}
+	}
+	return keyed, err
 }
 
 // cleanDatasetPath returns the cleaned form of dataset path p, or why p
@@ -267,8 +291,9 @@ func cleanDatasetPath(p string) (string, error) {
 	return c, nil
 }
 
-// hashFile fills in the digest and size of e, read streaming through buf.
-func hashFile(root *os.Root, e *datasetFile, buf []byte) error {
+// hashFile fills in the digest and size of e, read streaming through buf,
+// and with withMD5 its MD5 from the same reads.
+func hashFile(root *os.Root, e *datasetFile, buf []byte, withMD5 bool) error {
 	bad := func(err error) error {
 		return fmt.Errorf("%w: file %q: %w", ErrInvalidDataset, e.path, err)
 	}
@@ -292,9 +317,16 @@ func hashFile(root *os.Root, e *datasetFile, buf []byte) error {
 		return fmt.Errorf("%w: file %q is not a regular file (%s)", ErrInvalidDataset, e.path, fi.Mode().Type())
 	}
 	h := sha256.New()
+	var m hash.Hash
+	if withMD5 {
+		m = md5.New()
+	}
 	for {
 		n, err := f.Read(buf)
 		h.Write(buf[:n])
+		if m != nil {
+			m.Write(buf[:n])
+		}
 		e.size += int64(n)
 		if err == io.EOF {
 			break
@@ -304,5 +336,8 @@ func hashFile(root *os.Root, e *datasetFile, buf []byte) error {
 		}
 	}
 	h.Sum(e.sum[:0])
+	if m != nil {
+		e.md5 = m.Sum(nil)
+	}
 	return nil
 }

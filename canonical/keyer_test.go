@@ -255,3 +255,17 @@ func TestDatasetKeyHashesInMemoryThatDoesNotGrowWithFileSize(t *testing.T) {
 	require.Less(t, large, uint64(2<<20), "hashing 48 MiB allocated %d bytes", large)
 	require.Less(t, large, small+(1<<20), "48 MiB: %d bytes, 1 MiB: %d bytes", large, small)
 }
+
+func TestDatasetMD5ComesFromTheSameReadAsTheKey(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.txt"), []byte("hello"), 0o600))
+	plain, err := NewKeyer(FormJCS, nil)
+	require.NoError(t, err)
+	k, err := plain.DatasetKey(dir, []byte(`{}`), []string{"a.txt"})
+	require.NoError(t, err)
+	require.Nil(t, k.MD5)
+	withMD5, err := plain.WithFileMD5().DatasetKey(dir, []byte(`{}`), []string{"./a.txt"})
+	require.NoError(t, err)
+	require.Equal(t, k.Key, withMD5.Key, "MD5 changes no key")
+	require.Equal(t, map[string]string{"a.txt": "5d41402abc4b2a76b9719d911017c592"}, withMD5.MD5)
+}

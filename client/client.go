@@ -20,7 +20,7 @@ import (
 // other zero field has the default its comment gives.
 type Config struct {
 	// Target is where deposits go and how: Put, IdempotencyKey, WebDAV,
-	// S3, CouchDB or DataCite. Required.
+	// S3, CouchDB, DataCite or Invenio. Required.
 	Target Target
 	// Store remembers every step's outcome. Required; *dedup.SQLite is one.
 	Store Store
@@ -40,8 +40,8 @@ type Config struct {
 	// Budget between clients to share it between their batches.
 	Budget *backoff.Budget
 	// Rate limits requests per second (fractions allowed). 0 is the
-	// target's default: unlimited, except DataCiteRate under DataCite. A
-	// negative Rate is unlimited.
+	// target's default: unlimited, except DataCiteRate under DataCite and
+	// InvenioRate under Invenio. A negative Rate is unlimited.
 	Rate float64
 	// RetryFailed re-sends items recorded as failed instead of reporting the
 	// recorded failure again.
@@ -166,6 +166,10 @@ type Result struct {
 	// After a crash it may over-report (an intent whose request never left),
 	// never under-report.
 	Recovered bool
+	// RecordID is, for a target whose records have an id of their own beside
+	// the identifier minted (InvenioRDM: the record id beside its DOI), that
+	// id; "" for other targets.
+	RecordID string
 }
 
 // Client deposits payloads exactly once. It is safe for concurrent use by
@@ -195,6 +199,7 @@ type Client struct {
 	leases   *leaseKeeper
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
+	seeds    seeding     // the scan of a server for a store that holds nothing
 }
 
 // New returns a Client for cfg. It checks the key settings against those the
@@ -229,6 +234,9 @@ func New(cfg Config) (*Client, error) {
 	keyer, err := canonical.NewKeyer(form, cfg.Ignore)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
+		keyer = keyer.WithFileMD5()
 	}
 	c := &Client{
 		target:      drv,

@@ -14,8 +14,8 @@
 // Idempotency-Key) and "already exists" is a success.
 //
 // [New] builds a [Client] from a [Config] whose Target says where deposits
-// go: a [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB] or [DataCite]
-// value with its own options. [Client.Deposit] deposits one payload and
+// go: a [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] or
+// [Invenio] value with its own options. [Client.Deposit] deposits one payload and
 // [Client.Run] a stream of them with bounded concurrency, which is what
 // batch programs embed.
 //

@@ -89,6 +89,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	if err != nil {
 		return r.res, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := r.prepare(ctx, k, steps); err != nil {
+		return r.res, err
+	}
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
 	for i := range steps {
@@ -153,6 +156,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		}
 	}
 	if start == len(steps) {
+		r.noteRecordID(steps, prior)
 		return r.res, nil
 	}
 
@@ -187,11 +191,11 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		prior[pi], start = claimed.Identifier, pi+1
 	case claimed.State == dedup.StateFailed && !r.primaryDone:
 		return r.res, r.recordedFailure(r.primary, prior[:pi], claimed)
-	case claimed.State == dedup.StatePending:
-		primaryBody = claimed.Body
-		uncertain[pi] = claimed.Attempts > 1
-		r.res.Recovered = recoverable && claimed.Attempts > 1
 	default:
+		if claimed.State == dedup.StatePending {
+			primaryBody = claimed.Body
+			uncertain[pi] = claimed.Attempts > 1
+		}
 		r.res.Recovered = recoverable
 	}
 
@@ -215,12 +219,19 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
+		if id, ok := settledBefore(s, prior[:i]); ok {
+			if prior[i], err = r.confirm(ctx, s, OutcomeExisting, id, 0); err != nil {
+				return r.res, s.wrap(err)
+			}
+			continue
+		}
 		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
 		if err != nil {
 			return r.res, s.wrap(err)
 		}
 		prior[i] = id
 	}
+	r.noteRecordID(steps, prior)
 	return r.res, nil
 }
 
@@ -283,11 +294,13 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.
 	reconciles := !s.arbitrated && s.check != nil
+	missed := false // a check found nothing after an ambiguous attempt
 	if uncertain && reconciles {
 		f, err := x.runCheck(ctx, s.check, prior, true)
 		if err != nil {
 			return "", r.checkFailed(ctx, s, err)
 		}
+		missed = f.kind == findingAbsent
 		switch f.kind {
 		case findingPresent:
 			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), 0)
@@ -306,7 +319,11 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		}
 		switch cls {
 		case classCreated:
-			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+			id, err := r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+			if err == nil && missed {
+				err = r.noteMissed(ctx, s)
+			}
+			return id, err
 
 		case classExists:
 			if v.id != "" || s.check == nil {
@@ -354,6 +371,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			case findingForeign:
 				return "", r.fail(ctx, s, f.herr)
 			}
+			missed = missed || (cls == classAmbiguous && f.kind == findingAbsent)
 			if cls == classConflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}

@@ -57,6 +57,19 @@ type step struct {
 	// fallback is the identifier of a step whose answers name none (the
 	// record URL).
 	fallback string
+
+	// settled, when set, reports that earlier steps settled this one too (a
+	// file found committed needs no upload): it returns the step's
+	// identifier, and the step is confirmed as existing without a request.
+	settled func(prior []string) (string, bool)
+	// recordID marks the step whose identifier is the deposit's record id
+	// beside the identifier its primary step minted (Result.RecordID).
+	recordID bool
+	// recheck, when set, is the store target of a row noted when this step
+	// was created after its check had found nothing following an ambiguous
+	// attempt: a search of an index that lags more than the settle time can
+	// miss, so a later run looks again (seed.go).
+	recheck string
 }
 
 // request is one HTTP request a step or a check sends.

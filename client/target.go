@@ -14,10 +14,11 @@ import (
 )
 
 // Target is where deposits go and how each one becomes requests: one of
-// [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB] and [DataCite], each a
-// struct of its own options. A target turns a payload into the steps of its
-// deposit and judges the answers; the [Client] decides when to send, wait,
-// record and report. Target values are read-only once given to [New].
+// [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] and
+// [Invenio], each a struct of its own options. A target turns a payload into
+// the steps of its deposit and judges the answers; the [Client] decides when
+// to send, wait, record and report. Target values are read-only once given
+// to [New].
 type Target interface {
 	// driver checks the target's options and returns what the engine
 	// drives. Targets are defined in this package only: the step contract

@@ -296,6 +296,12 @@ func (in *injector) early(w http.ResponseWriter, class, key string) (fault, bool
 	attempt := in.attempts[ak]
 	in.mu.Unlock()
 	ft, _ := in.faults.draw(in.seed, class, key, attempt)
+	return in.apply(w, ft)
+}
+
+// apply injects ft if it strikes before anything commits (reset, a status),
+// and reports whether it answered the request.
+func (in *injector) apply(w http.ResponseWriter, ft fault) (fault, bool) {
 	switch {
 	case ft.kind == kindReset:
 		in.counted(ft)

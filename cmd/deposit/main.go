@@ -7,7 +7,7 @@
 //	deposit run     --endpoint URL [flags] FILE|-
 //	deposit status  [--db FILE] [--json] [--list]
 //	deposit key     [--form jcs|python] [--ignore POINTER]... [--datasets DIR] FILE|-
-//	deposit serve   [--addr HOST:PORT] [--protocol put|idempotency-key] [--faults SPEC] [--seed N] [--db FILE]
+//	deposit serve   [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE]
 //	deposit demo
 //	deposit probe   --endpoint URL [--protocol put|webdav|s3|couchdb] [--yes]
 //	deposit version
@@ -157,8 +157,10 @@ Quick start:
 
 Environment:
   DEPOSIT_ENDPOINT       the endpoint when --endpoint is not given
-  DEPOSIT_AUTHORIZATION  the Authorization header of every request (never echoed)
-  DEPOSIT_KEY_SECRET     secret for Idempotency-Key values (never echoed)
+  DEPOSIT_AUTHORIZATION  the Authorization header of every request (never echoed);
+                         under --protocol invenio, the personal access token
+  DEPOSIT_KEY_SECRET     secret for Idempotency-Key values and invenio markers
+                         (never echoed)
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION
                          sign the requests of --protocol s3 (never echoed)
   DATACITE_REPOSITORY_ID, DATACITE_PASSWORD

@@ -47,6 +47,9 @@ type runOptions struct {
 	json          bool
 	doiPrefix     string
 	dataciteEvent string
+	noPublish     bool
+	settle        time.Duration
+	searchRate    float64
 	input         string // FILE, or "-" for stdin
 
 }
@@ -67,8 +70,10 @@ unresolved (run again).`
 
 const runNotes = `Environment:
   DEPOSIT_ENDPOINT       used when --endpoint is not given
-  DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it)
-  DEPOSIT_KEY_SECRET     makes Idempotency-Key values an HMAC under this secret
+  DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it);
+                         under --protocol invenio a bare token is sent as Bearer
+  DEPOSIT_KEY_SECRET     makes Idempotency-Key values (invenio: markers) an HMAC
+                         under this secret
   DATACITE_REPOSITORY_ID, DATACITE_PASSWORD
                          the repository's credentials under --protocol datacite
                          (the endpoint defaults to DataCite's test system)
@@ -91,7 +96,8 @@ leased to one process while it is sent; a key another live process holds is
 waited for and reported replayed; a dead process's keys are taken over once
 its lease (--lease) expires.
 --results FILE: one JSON object per non-blank line, in completion order:
-{"line","key","outcome","identifier","status","error"}, absent values omitted.
+{"line","key","outcome","identifier","record","status","error"}, absent values
+omitted; "record" is the record id beside the DOI under --protocol invenio.
 
 Exit status: 2 could not proceed (usage, store, settings mismatch, endpoint
 unreachable, 401/403/404/501); 3 some items unresolved (run again); 1 some
@@ -105,7 +111,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	c := newCommand("run", "deposit run --endpoint URL [flags] FILE|-", runAbout, runNotes)
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
-	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL) or datacite (DOIs)")
+	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs) or invenio (InvenioRDM, Zenodo; endpoint: the API root)")
 	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see the README)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
@@ -124,6 +130,9 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object on stdout")
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
+	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
+	fs.Float64Var(&o.searchRate, "search-rate", 0, "invenio: searches per second, within --rate (default 0.45, inside Zenodo's 30 a minute)")
+	fs.DurationVar(&o.settle, "settle", 0, "invenio: how long the search index may lag before a draft not found is trusted absent (default 5s)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code
@@ -139,8 +148,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-attempts must be at least 1")
 	case o.maxElapsed <= 0:
 		return c.usageError(s, "--max-elapsed must be positive")
-	case o.rate < 0:
-		return c.usageError(s, "--rate must not be negative")
+	case o.rate < 0 || o.searchRate < 0:
+		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.lease < 100*time.Millisecond:
 		return c.usageError(s, "--lease must be at least 100ms")
 	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
@@ -182,6 +191,7 @@ type resultJSON struct {
 	Key        string `json:"key,omitempty"`
 	Outcome    string `json:"outcome"`
 	Identifier string `json:"identifier,omitempty"`
+	Record     string `json:"record,omitempty"`
 	Status     int    `json:"status,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
@@ -207,7 +217,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent}, s.getenv)
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
@@ -224,6 +234,12 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" && proto != protocol.S3 {
 		header.Set("Authorization", auth)
+	}
+	if proto == protocol.Invenio {
+		if header.Get("Authorization") == "" {
+			return none, c.usageError(s, "invenio: set DEPOSIT_AUTHORIZATION to your personal access token")
+		}
+		header.Set("Authorization", invenioAuthorization(header.Get("Authorization")))
 	}
 	if proto == protocol.DataCite && header.Get("Authorization") == "" {
 		id, password := s.getenv("DATACITE_REPOSITORY_ID"), s.getenv("DATACITE_PASSWORD")
@@ -715,7 +731,7 @@ func (rw *resultWriter) write(r client.ItemResult) {
 		return
 	}
 	b, err := json.Marshal(resultJSON{
-		Line: r.Line, Key: r.Key, Outcome: string(r.Outcome), Identifier: r.Identifier,
+		Line: r.Line, Key: r.Key, Outcome: string(r.Outcome), Identifier: r.Identifier, Record: r.RecordID,
 		Status: r.Status, Error: oneLine(r.Err),
 	})
 	if err == nil {

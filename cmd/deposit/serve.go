@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/depositkit/deposit/repotest"
@@ -22,7 +23,11 @@ GET reads back); under idempotency-key, POST to {URL} with an Idempotency-Key.
 Under datacite it is a DataCite REST API stub (POST {URL}/dois, prefix
 10.5072, DataCite's own 422 and 409 answers) for trying --protocol datacite
 locally; it asks for basic auth only when DATACITE_REPOSITORY_ID and
-DATACITE_PASSWORD are set. --db and --verify-key do not apply to it.`
+DATACITE_PASSWORD are set. Under invenio it is an InvenioRDM REST API stub
+under {URL}/api (drafts, files, publish, the user's search, lagging by
+--index-lag) for trying --protocol invenio --endpoint {URL}/api; it asks for
+the token in DEPOSIT_AUTHORIZATION only when that is set. --db and
+--verify-key apply to neither stub.`
 
 // shutdownGrace is how long serve waits for requests in progress when asked
 // to stop.
@@ -38,16 +43,18 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		verifyKey bool
 		latency   time.Duration
 		lockHold  time.Duration
+		indexLag  time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key or datacite")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite or invenio")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
 	c.fs.BoolVar(&verifyKey, "verify-key", false, "put: refuse (422) a PUT whose key is not the SHA-256 of its body")
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
+	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio: how long a write takes to show in search")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -59,7 +66,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if _, err := repotest.ParseFaults(faults); err != nil {
 		return c.usageError(s, "--faults: %v", err)
 	}
-	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold}, s.getenv)
+	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold}, indexLag, s.getenv)
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
@@ -114,9 +121,17 @@ type repository interface {
 }
 
 // newRepository returns the repository of protocol; cfg holds the settings
-// shared with the reference server (the DataCite stub takes its faults, seed
-// and latency).
-func newRepository(protocol string, cfg repotest.Config, getenv func(string) string) (repository, error) {
+// shared with the reference server (the stubs take its faults, seed and
+// latency); indexLag is the InvenioRDM stub's.
+func newRepository(protocol string, cfg repotest.Config, indexLag time.Duration, getenv func(string) string) (repository, error) {
+	if protocol == "invenio" {
+		token := strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))
+		if scheme, rest, ok := strings.Cut(token, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			token = strings.TrimSpace(rest)
+		}
+		iv, err := repotest.NewInvenio(repotest.InvenioConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency, IndexLag: indexLag, Token: token})
+		return invenioRepository{iv}, err
+	}
 	if protocol == "datacite" {
 		d, err := repotest.NewDataCite(repotest.DataCiteConfig{
 			Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
@@ -135,6 +150,14 @@ func (r referenceRepository) counters() string {
 	st := r.Stats()
 	return fmt.Sprintf("%d requests, %d records, %d created, %d replays, %d duplicates, %d faults injected",
 		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Faults)
+}
+
+type invenioRepository struct{ *repotest.Invenio }
+
+func (r invenioRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d drafts created, %d published, %d files committed, %d searches, %d faults injected",
+		st.Requests, st.Drafts, st.Published, st.Commits, st.Searches, st.Faults)
 }
 
 type dataciteRepository struct{ *repotest.DataCite }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/internal/credential"
@@ -14,10 +15,13 @@ import (
 
 // targetFlags are the flags that choose and configure a target.
 type targetFlags struct {
-	endpoint  string
-	idPointer string
-	doiPrefix string
-	event     string
+	endpoint   string
+	idPointer  string
+	doiPrefix  string
+	event      string
+	noPublish  bool
+	settle     time.Duration
+	searchRate float64
 }
 
 // newTarget builds the client target that the flags and the environment
@@ -38,6 +42,8 @@ func newTarget(proto string, f targetFlags, getenv func(string) string) (client.
 		return client.CouchDB{Endpoint: f.endpoint}, nil
 	case protocol.DataCite:
 		return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
+	case protocol.Invenio:
+		return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
 	}
 	return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
 }
@@ -94,6 +100,8 @@ func answerHint(err error, proto string) string {
 			return "the server refused the credentials or the signature: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION"
 		case protocol.DataCite:
 			return "DataCite refused the credentials: check DATACITE_REPOSITORY_ID and DATACITE_PASSWORD"
+		case protocol.Invenio:
+			return "InvenioRDM treats a missing or wrong token as anonymous: check DEPOSIT_AUTHORIZATION (a personal access token allowed to write deposits; on Zenodo the deposit:write and deposit:actions scopes)"
 		}
 		return "check your credentials (--header 'Authorization: ...' or DEPOSIT_AUTHORIZATION)"
 	case s == http.StatusNotFound:
@@ -128,4 +136,15 @@ func withHint(msg string, err error, proto string) string {
 		return fmt.Sprintf("%s (%s)", msg, h)
 	}
 	return msg
+}
+
+// invenioAuthorization is the Authorization header of --protocol invenio:
+// DEPOSIT_AUTHORIZATION as given when it names a scheme ("Bearer ..."),
+// else the bare personal access token it holds, as a bearer token.
+func invenioAuthorization(value string) string {
+	value = strings.TrimSpace(value)
+	if value == "" || strings.ContainsAny(value, " \t") {
+		return value
+	}
+	return "Bearer " + value
 }

@@ -15,10 +15,11 @@ const (
 	S3             = "s3"
 	CouchDB        = "couchdb"
 	DataCite       = "datacite"
+	Invenio        = "invenio"
 )
 
 // Names returns every protocol name, in the order help texts give them.
-func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite} }
+func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio} }
 
 // Parse returns the protocol named s; "" is Put.
 func Parse(s string) (string, error) {
@@ -30,5 +31,5 @@ func Parse(s string) (string, error) {
 			return n, nil
 		}
 	}
-	return "", fmt.Errorf("unknown protocol %q: want put, idempotency-key, webdav, s3, couchdb or datacite", s)
+	return "", fmt.Errorf("unknown protocol %q: want put, idempotency-key, webdav, s3, couchdb, datacite or invenio", s)
 }

@@ -1,0 +1,93 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/repotest"
+)
+
+// BenchmarkInvenio deposits b.N distinct payloads (records, or datasets of
+// two files) into the InvenioRDM stub at concurrency 8, with and without
+// faults at every step, unlimited or under a rate limit the client keeps
+// to, and reports deposits/s and the requests per deposit (searches apart).
+func BenchmarkInvenio(b *testing.B) {
+	retry := backoff.Policy{Base: time.Millisecond, Cap: 50 * time.Millisecond, MaxAttempts: 10, MaxElapsed: time.Minute}
+	for _, bc := range []struct {
+		name   string
+		files  int
+		faults string
+		rate   float64 // the client's; the stub allows 1.2 times as much
+	}{
+		{"record/unlimited", 0, "", -1},
+		{"record/faults", 0, "drop=0.1,504=0.05,500=0.05,429=0.05", -1},
+		{"record/rate=200", 0, "", 200},
+		{"dataset2/unlimited", 2, "", -1},
+		{"dataset2/faults", 2, "drop=0.1,504=0.05,500=0.05,429=0.05", -1},
+		{"dataset2/rate=200", 2, "", 200},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := repotest.InvenioConfig{Token: invenioTestToken, Faults: bc.faults, Seed: 11, IndexLag: 5 * time.Millisecond}
+			if bc.rate > 0 {
+				cfg.Limit, cfg.SearchLimit, cfg.Window = int(bc.rate*1.2), int(bc.rate*1.2), time.Second
+			}
+			s, err := repotest.NewInvenioServer(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			dir := b.TempDir()
+			its := make([]Item, b.N)
+			for i := range its {
+				its[i] = Item{Line: int64(i + 1), Payload: invenioRecord(i)}
+				if bc.files > 0 {
+					var names []string
+					for j := range bc.files {
+						name := fmt.Sprintf("%d-%d.csv", i, j)
+						if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, "%d,%d\n", i, j), 0o600); err != nil {
+							b.Fatal(err)
+						}
+						names = append(names, name)
+					}
+					its[i] = Item{Line: int64(i + 1), Dataset: &Dataset{Dir: dir, Metadata: invenioRecord(i), Files: names}}
+				}
+			}
+			store := openStoreAt(b, filepath.Join(b.TempDir(), "deposit.db"))
+			c, err := New(Config{Target: Invenio{Endpoint: s.API, SettleTime: 40 * time.Millisecond, SearchRate: -1},
+				Store: store, Retry: retry, Rate: bc.rate, HTTPClient: s.Client(),
+				Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			done := 0
+			for round := 0; done < b.N && round < 10; round++ {
+				sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 8})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done = sum.Created + sum.Existing + sum.Replayed
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if done < b.N {
+				b.Fatalf("%d of %d deposits unresolved after 10 rounds", b.N-done, b.N)
+			}
+			st := s.Stats()
+			if st.Published != int64(b.N) || st.Drafts != int64(b.N) {
+				b.Fatalf("%d drafts, %d published for %d deposits", st.Drafts, st.Published, b.N)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "deposits/s")
+			b.ReportMetric(float64(st.Requests)/float64(b.N), "req/deposit")
+			b.ReportMetric(float64(st.Searches)/float64(b.N), "searches/deposit")
+			b.ReportMetric(float64(st.RateLimited), "429s")
+		})
+	}
+}

@@ -1,0 +1,764 @@
+package client
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/protocol"
+)
+
+// Invenio is an InvenioRDM repository through its REST API: Zenodo, its
+// sandbox, and institutional instances. InvenioRDM dedups nothing (every
+// POST /records makes a new draft), so a deposit is guarded step by step:
+//
+//  1. The draft: POST {Endpoint}/records with the payload and a marker, an
+//     alternate identifier {"scheme":"urn","identifier":InvenioMarker(key)}
+//     appended to metadata.identifiers. Its id is durable in the store
+//     before the next request. After an ambiguous answer the client
+//     searches the user's own records and drafts (GET
+//     {Endpoint}/user/records?q=metadata.identifiers.identifier:"MARKER")
+//     before it ever creates again, and trusts a miss only after
+//     SettleTime. Two records with one marker are a conflict, reported and
+//     never resolved by picking one.
+//  2. With a dataset, for each file P: start the upload (POST
+//     .../draft/files [{"key":P}]), send the bytes (PUT
+//     .../draft/files/P/content), commit (POST .../draft/files/P/commit),
+//     each step durable. After an interruption the file's entry is read
+//     (GET .../draft/files/P): committed with the MD5 of the bytes keyed is
+//     done; a pending one gets its bytes again. A committed file with other
+//     bytes, or a commit whose checksum differs from the keyed bytes (the
+//     file changed since), fails the deposit.
+//  3. Unless NoPublish: POST .../draft/actions/publish (202). After an
+//     ambiguous answer (a 504 from a proxy while the publish goes on) the
+//     record is read (GET {Endpoint}/records/{id}) before it is sent again.
+//
+// The identifier is the DOI the record was published with (its record id
+// when the instance mints none, or under NoPublish); Result.RecordID is the
+// record id. When the store holds nothing for the endpoint (new or lost),
+// the first deposit waits SettleTime, then scans the user's records once,
+// paged (the newest 10,000: InvenioRDM answers no further), for markers and
+// seeds the store with what it finds, so a batch run again after its store
+// was lost creates nothing new. A draft created after a search had found
+// nothing is searched for again by the next run, which reports a duplicate
+// the index lag hid.
+//
+// The payload is the draft's body ({"metadata":{...},"access":{...},...})
+// or, when it has no member "metadata", the metadata object alone. The
+// client sets files.enabled (true exactly when the dataset has files) and
+// adds the marker; a payload that disagrees is invalid. Credentials go in
+// Config.Header: "Authorization: Bearer <token>".
+type Invenio struct {
+	// Endpoint is the API root, such as https://zenodo.org/api. Required.
+	Endpoint string
+	// KeySecret, when set, makes the marker an HMAC-SHA256 of the content
+	// key under it, so the public marker does not reveal which content a
+	// record holds to someone who can guess the content.
+	KeySecret []byte
+	// NoPublish stops at drafts: the deposit is done once its draft and
+	// files are. A later run without NoPublish publishes them.
+	NoPublish bool
+	// SettleTime is how long a search must have had to show a draft before
+	// "not found" is trusted; default InvenioSettleTime.
+	SettleTime time.Duration
+	// MaxFiles is the most files a record may have; a dataset with more is
+	// invalid before any request. Default InvenioMaxFiles.
+	MaxFiles int
+	// SearchRate limits searches per second, on a budget of their own,
+	// within Config.Rate; default InvenioSearchRate, negative unlimited.
+	SearchRate float64
+}
+
+// InvenioRDM defaults.
+const (
+	// InvenioRate is the default Config.Rate under Invenio, in requests per
+	// second: 90 a minute, inside Zenodo's 100 per minute (and 5,000 per
+	// hour) for an authenticated user.
+	InvenioRate = 1.5
+	// InvenioSearchRate is the default Invenio.SearchRate: 27 a minute,
+	// inside Zenodo's 30 per minute for search.
+	InvenioSearchRate = 0.45
+	// InvenioSettleTime is the default Invenio.SettleTime. InvenioRDM
+	// indexes a draft when its request commits but does not refresh the
+	// search index for creates, updates or publishes (only for deleting a
+	// draft), so a draft shows in search at the index's next periodic
+	// refresh: every second by default in OpenSearch and Elasticsearch.
+	// Five refresh intervals leave room for a loaded cluster.
+	InvenioSettleTime = 5 * time.Second
+	// InvenioMaxFiles is the default Invenio.MaxFiles: InvenioRDM's
+	// RDM_RECORDS_MAX_FILES_COUNT, Zenodo's 100 files per record.
+	InvenioMaxFiles = 100
+)
+
+// invenioMarkerPrefix starts every marker; the rest names how it was made.
+const invenioMarkerPrefix = "urn:deposit:"
+
+// InvenioMarker returns the marker a deposit with key (lowercase hex
+// SHA-256) carries as an alternate identifier: "urn:deposit:sha256:" + key,
+// or with a key secret "urn:deposit:hmac-sha256:" + the lowercase hex
+// HMAC-SHA256 of the key under the secret. The scheme is URN because every
+// InvenioRDM instance accepts it (its validator checks only the URN syntax)
+// and DataCite exports it as such; alternate identifiers are public once a
+// record is published.
+func InvenioMarker(key string, secret []byte) string {
+	if len(secret) == 0 {
+		return invenioMarkerPrefix + "sha256:" + key
+	}
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(key))
+	return invenioMarkerPrefix + "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+type invenioDriver struct {
+	endpoint   string
+	secret     []byte
+	publish    bool
+	settle     time.Duration
+	maxFiles   int
+	searchRate float64
+}
+
+func (t Invenio) driver() (driver, error) {
+	ep, err := endpointOf("Invenio.Endpoint", t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if t.SettleTime < 0 || t.MaxFiles < 0 {
+		return nil, fmt.Errorf("%w: Invenio.SettleTime and Invenio.MaxFiles must not be negative", ErrConfig)
+	}
+	d := invenioDriver{endpoint: ep, secret: append([]byte(nil), t.KeySecret...), publish: !t.NoPublish,
+		settle: t.SettleTime, maxFiles: t.MaxFiles, searchRate: t.SearchRate}
+	if d.settle == 0 {
+		d.settle = InvenioSettleTime
+	}
+	if d.maxFiles == 0 {
+		d.maxFiles = InvenioMaxFiles
+	}
+	if d.searchRate == 0 {
+		d.searchRate = InvenioSearchRate
+	}
+	return d, nil
+}
+
+// The store targets: the published deposit, its draft, its files, and the
+// drafts to look for again.
+func (d invenioDriver) publishTarget() string { return protocol.Invenio + " " + d.endpoint }
+func (d invenioDriver) draftTarget() string   { return protocol.Invenio + "-draft " + d.endpoint }
+func (d invenioDriver) fileTarget() string    { return protocol.Invenio + "-file " + d.endpoint }
+func (d invenioDriver) recheckTarget() string { return protocol.Invenio + "-recheck " + d.endpoint }
+
+// name is the primary step's target: the publish, or under NoPublish the
+// draft, so that a later run that publishes finds its drafts done.
+func (d invenioDriver) name() string {
+	if d.publish {
+		return d.publishTarget()
+	}
+	return d.draftTarget()
+}
+
+func (d invenioDriver) stepTargets() []string {
+	t := []string{d.fileTarget(), d.recheckTarget()}
+	if d.publish {
+		t = append(t, d.draftTarget())
+	}
+	return t
+}
+
+func (d invenioDriver) secretFingerprint() string { return secretFingerprint(d.secret) }
+func (d invenioDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d invenioDriver) defaultRate() float64      { return InvenioRate }
+func (d invenioDriver) wantsFileMD5() bool        { return true }
+
+func (d invenioDriver) wrapTransport(next http.RoundTripper) http.RoundTripper {
+	return &invenioTransport{next: next, search: backoff.NewLimiter(max(d.searchRate, 0))}
+}
+
+// url is {endpoint}/{path}, the endpoint's query kept.
+func (d invenioDriver) url(path string, query url.Values) string {
+	base, q, found := strings.Cut(d.endpoint, "?")
+	u := base + "/" + path
+	extra := query.Encode()
+	switch {
+	case found && extra != "":
+		u += "?" + q + "&" + extra
+	case found:
+		u += "?" + q
+	case extra != "":
+		u += "?" + extra
+	}
+	return u
+}
+
+// fileURL is the URL of file key of draft id, with a suffix ("/content",
+// "/commit", or ""). Keys may hold "/": each segment is escaped apart.
+func (d invenioDriver) fileURL(id, key, suffix string) string {
+	parts := strings.Split(key, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return d.url("records/"+url.PathEscape(id)+"/draft/files/"+strings.Join(parts, "/")+suffix, nil)
+}
+
+func (d invenioDriver) marker(k canonical.Keyed) string { return InvenioMarker(k.Key, d.secret) }
+
+// steps are the draft, three per file, and the publish.
+func (d invenioDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
+	steps, _, err := d.layout(k, dir)
+	return steps, err
+}
+
+// layout returns the steps of a deposit and, for each, the identifier it
+// has once the record is published (for seeding from a scan). A dataset is
+// keyed with file digests (k.MD5); dir is where its files are read from.
+func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, error) {
+	payload := k.Body
+	var files []datasetFile
+	if dir != "" || k.MD5 != nil {
+		var doc struct {
+			Dataset  []datasetFile   `json:"dataset"`
+			Metadata json.RawMessage `json:"metadata"`
+		}
+		if err := json.Unmarshal(k.Body, &doc); err != nil || len(doc.Dataset) == 0 {
+			return nil, nil, errors.New("invenio: not a dataset document")
+		}
+		files, payload = doc.Dataset, doc.Metadata
+		if len(files) > d.maxFiles {
+			return nil, nil, fmt.Errorf("invenio: %d files, but a record may have at most %d (Invenio.MaxFiles)", len(files), d.maxFiles)
+		}
+	}
+	marker := d.marker(k)
+	body, err := invenioDraftBody(payload, marker, len(files) > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	draft := step{
+		label: "draft", target: d.draftTarget(), key: k.Key, durable: true, recordID: true,
+		recheck: d.recheckTarget(),
+		build: func([]string) (request, error) {
+			return request{method: http.MethodPost, url: d.url("records", nil), header: jsonHeader(), body: body}, nil
+		},
+		judge: func(a answer) verdict {
+			v := invenioVerdict(a)
+			if v.class == classCreated {
+				if v.id = stringMember(a.body, "id"); v.id == "" {
+					v.class, v.problem = classAmbiguous, "the create answer names no draft id"
+				}
+				if bytes.Contains(a.body, []byte(`"errors"`)) {
+					// InvenioRDM keeps a draft with invalid or missing fields
+					// and says so here; only its publish refuses it.
+					v.warn = "InvenioRDM created drafts with validation errors (the fields it dropped are in the create answer); publishing them will be refused"
+				}
+			}
+			return v
+		},
+		check: d.markerCheck(marker),
+	}
+	if !d.publish {
+		draft.label, draft.primary = "", true
+	}
+	steps, seeds := []step{draft}, []string{""}
+	for _, f := range files {
+		md5 := k.MD5[f.Path]
+		if md5 == "" {
+			return nil, nil, fmt.Errorf("invenio: no MD5 for file %q (the keyer must be made WithFileMD5)", f.Path)
+		}
+		fs := d.fileSteps(k.Key, dir, f, md5, len(steps))
+		steps = append(steps, fs...)
+		seeds = append(seeds, "completed", "md5:"+md5, "md5:"+md5)
+	}
+	if d.publish {
+		steps = append(steps, d.publishStep(k.Key))
+		seeds = append(seeds, "")
+	}
+	return steps, seeds, nil
+}
+
+// invenioDraftBody is the create body: the payload as the draft's body,
+// files.enabled set, the marker appended to metadata.identifiers.
+func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil || doc == nil {
+		return nil, errors.New("invenio: the payload must be a JSON object: the draft's body, or its metadata")
+	}
+	if _, isBody := doc["metadata"]; !isBody {
+		doc = map[string]any{"metadata": doc}
+	}
+	md, ok := doc["metadata"].(map[string]any)
+	if !ok {
+		return nil, errors.New("invenio: metadata must be an object")
+	}
+	files := map[string]any{}
+	if v, present := doc["files"]; present {
+		if files, ok = v.(map[string]any); !ok {
+			return nil, errors.New("invenio: files must be an object of files options")
+		}
+	}
+	if v, present := files["enabled"]; present && v != hasFiles {
+		return nil, fmt.Errorf("invenio: files.enabled is %v, but the deposit has %s (leave it out: the client sets it)", v, map[bool]string{true: "files", false: "no files"}[hasFiles])
+	}
+	files["enabled"] = hasFiles
+	doc["files"] = files
+
+	var ids []any
+	if v, present := md["identifiers"]; present {
+		if ids, ok = v.([]any); !ok {
+			return nil, errors.New("invenio: metadata.identifiers must be an array")
+		}
+	}
+	for _, item := range ids {
+		m, _ := item.(map[string]any)
+		id, _ := m["identifier"].(string)
+		if strings.HasPrefix(id, invenioMarkerPrefix) && id != marker {
+			return nil, fmt.Errorf("invenio: metadata.identifiers already holds the deposit marker %s, not this payload's %s", id, marker)
+		}
+	}
+	md["identifiers"] = append(ids, map[string]any{"identifier": marker, "scheme": "urn"})
+
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("invenio: draft body: %w", err)
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// markerCheck searches the user's records and drafts for marker: one
+// record holding it exactly is the draft; two or more are a conflict.
+func (d invenioDriver) markerCheck(marker string) *check {
+	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}}
+	return &check{
+		settle: d.settle,
+		build: func([]string) (request, error) {
+			return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON()}, nil
+		},
+		judge: func(a answer) finding {
+			if a.err != nil || a.status != http.StatusOK {
+				return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+			}
+			hits, _, ok := invenioHits(a.body)
+			if !ok {
+				return finding{kind: findingUnknown, cls: classAmbiguous, problem: "the search answer is not a page of hits"}
+			}
+			// The identifier field is text: a phrase query also matches
+			// longer identifiers, so only exact values count.
+			var ids []string
+			for _, h := range hits {
+				if h.holds(marker) {
+					ids = append(ids, h.ID)
+				}
+			}
+			switch len(ids) {
+			case 0:
+				return finding{kind: findingAbsent}
+			case 1:
+				return finding{kind: findingPresent, id: ids[0]}
+			}
+			return finding{kind: findingForeign, problem: fmt.Sprintf(
+				"%d records carry the marker %s: %s; keep one, delete the surplus drafts (DELETE /api/records/{id}/draft), then run again with --retry-failed",
+				len(ids), marker, strings.Join(ids, ", "))}
+		},
+	}
+}
+
+// fileSteps are the three steps of one file; at is the index of the first.
+func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at int) []step {
+	want := "md5:" + md5
+	label := "file " + strconv.Quote(f.Path)
+	path := filepath.Join(dir, filepath.FromSlash(f.Path))
+	row := func(phase string) string { return key + " " + phase + " " + f.Path }
+	// entry reads the file's entry: absent, pending, or committed with
+	// the keyed bytes ("completed"); committed with other bytes is foreign.
+	entry := func(done func(status string) finding) *check {
+		return &check{
+			build: func(prior []string) (request, error) {
+				return request{method: http.MethodGet, url: d.fileURL(prior[0], f.Path, ""), header: acceptJSON()}, nil
+			},
+			judge: func(a answer) finding {
+				if a.err == nil && a.status == http.StatusNotFound {
+					return finding{kind: findingAbsent}
+				}
+				if a.err != nil || a.status != http.StatusOK {
+					return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+				}
+				status, sum := stringMember(a.body, "status"), stringMember(a.body, "checksum")
+				if status == "completed" && sum != want {
+					return finding{kind: findingForeign, problem: fmt.Sprintf(
+						"%s on the draft is committed with %s, not the %s of the bytes keyed: delete it (DELETE .../draft/files/{key}) and run again with --retry-failed",
+						label, sum, want)}
+				}
+				return done(status)
+			},
+		}
+	}
+	committed := func(prior []string) (string, bool) { return want, prior[at] == "completed" }
+
+	initStep := step{
+		label: label, target: d.fileTarget(), key: row("init"), durable: true,
+		build: func(prior []string) (request, error) {
+			body, _ := json.Marshal([]map[string]string{{"key": f.Path}})
+			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), header: jsonHeader(), body: body}, nil
+		},
+		judge: func(a answer) verdict {
+			v := invenioFileVerdict(a)
+			switch {
+			case v.class == classCreated:
+				v.id = "pending"
+			case a.err == nil && a.status == http.StatusBadRequest && strings.Contains(invenioProblem(a.body), "already exists"):
+				v.class = classConflict // started before: its entry says how far
+			}
+			return v
+		},
+		check: entry(func(status string) finding {
+			if status == "completed" {
+				return finding{kind: findingPresent, id: "completed"}
+			}
+			return finding{kind: findingPresent, id: "pending"}
+		}),
+	}
+	upload := step{
+		label: label + " upload", target: d.fileTarget(), key: row("content"), durable: true,
+		settled: committed,
+		build: func(prior []string) (request, error) {
+			h := http.Header{}
+			h.Set("Content-Type", "application/octet-stream")
+			open := func() (io.Reader, error) {
+				fh, err := os.Open(path)
+				if err != nil {
+					return nil, err
+				}
+				return sizedFile{fh, f.Size}, nil
+			}
+			return request{method: http.MethodPut, url: d.fileURL(prior[0], f.Path, "/content"), header: h, open: open, size: f.Size}, nil
+		},
+		judge: func(a answer) verdict {
+			v := invenioFileVerdict(a)
+			switch {
+			case v.class == classCreated && bytes.Contains(a.body, []byte(`"errors"`)):
+				// Older InvenioRDM answers 200 with errors to an upload to a
+				// committed file, having deleted it.
+				v.class, v.problem = classTerminal, "the upload was refused: "+invenioProblem(a.body)
+			case v.class == classCreated:
+				v.id = "uploaded"
+			case a.err == nil && a.status == http.StatusBadRequest && strings.Contains(invenioProblem(a.body), "already committed"):
+				// Committed before: the commit step checks its checksum.
+				v.class, v.id = classExists, "committed"
+			}
+			return v
+		},
+		check: entry(func(status string) finding {
+			if status == "completed" {
+				return finding{kind: findingPresent, id: want}
+			}
+			return finding{kind: findingAbsent} // pending: send the bytes again
+		}),
+	}
+	commit := step{
+		label: label + " commit", target: d.fileTarget(), key: row("commit"), durable: true,
+		settled: committed,
+		build: func(prior []string) (request, error) {
+			return request{method: http.MethodPost, url: d.fileURL(prior[0], f.Path, "/commit"), header: acceptJSON()}, nil
+		},
+		judge: func(a answer) verdict {
+			v := invenioFileVerdict(a)
+			if v.class != classCreated {
+				return v
+			}
+			switch sum := stringMember(a.body, "checksum"); sum {
+			case want:
+				v.id = want
+			case "":
+				v.class, v.problem = classAmbiguous, "the commit answer has no checksum"
+			default:
+				v.class, v.problem = classTerminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
+			}
+			return v
+		},
+		check: entry(func(status string) finding {
+			if status == "completed" {
+				return finding{kind: findingPresent, id: want}
+			}
+			return finding{kind: findingAbsent}
+		}),
+	}
+	return []step{initStep, upload, commit}
+}
+
+// publishStep publishes the draft. Its identifier is the DOI the record was
+// published with, else the record id.
+func (d invenioDriver) publishStep(key string) step {
+	pid := func(body []byte, id string) string {
+		if doi, ok := stringAtPointers(body, []string{"/pids/doi/identifier"}); ok {
+			return doi
+		}
+		return id
+	}
+	return step{
+		label: "publish", target: d.publishTarget(), key: key, primary: true, durable: true,
+		build: func(prior []string) (request, error) {
+			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), header: acceptJSON()}, nil
+		},
+		judge: func(a answer) verdict {
+			v := invenioFileVerdict(a)
+			switch {
+			case a.err == nil && a.status == http.StatusAccepted:
+				v.class = classCreated
+			case a.err == nil && a.status == http.StatusNotFound:
+				// No draft: published already (by another process sharing
+				// the store), or deleted. The read-back tells which.
+				v.class, v.problem = classConflict, "the draft is gone and the record is not published (deleted?)"
+			case v.class == classTerminal:
+				v.problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.problem
+			}
+			if v.class == classCreated {
+				v.id = pid(a.body, stringMember(a.body, "id"))
+			}
+			return v
+		},
+		check: &check{
+			build: func(prior []string) (request, error) {
+				return request{method: http.MethodGet, url: d.url("records/"+url.PathEscape(prior[0]), nil), header: acceptJSON()}, nil
+			},
+			judge: func(a answer) finding {
+				switch {
+				case a.err == nil && a.status == http.StatusOK:
+					var r struct {
+						ID        string `json:"id"`
+						Published bool   `json:"is_published"`
+					}
+					if json.Unmarshal(a.body, &r) != nil || !r.Published {
+						return finding{kind: findingAbsent}
+					}
+					return finding{kind: findingPresent, id: pid(a.body, r.ID)}
+				case a.err == nil && a.status == http.StatusNotFound:
+					return finding{kind: findingAbsent} // "not registered": never published
+				}
+				return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+			},
+		},
+	}
+}
+
+// Seeding from a scan of the user's records (seed.go).
+
+// invenioScanSize is the page size of the scan; InvenioRDM answers at most
+// the first 10,000 hits of a search.
+const (
+	invenioScanSize  = 100
+	invenioScanPages = 10000 / invenioScanSize
+)
+
+func (d invenioDriver) scanSettle() time.Duration  { return d.settle }
+func (d invenioDriver) problem(body []byte) string { return invenioProblem(body) }
+
+func (d invenioDriver) scanPage(page int) request {
+	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}}
+	return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON()}
+}
+
+func (d invenioDriver) readScan(a answer, page int) ([]seedFound, bool, bool) {
+	if a.err != nil || a.status != http.StatusOK {
+		return nil, false, false
+	}
+	hits, total, ok := invenioHits(a.body)
+	if !ok {
+		return nil, false, false
+	}
+	var found []seedFound
+	for _, h := range hits {
+		for _, id := range h.Metadata.Identifiers {
+			if strings.HasPrefix(id.Identifier, invenioMarkerPrefix) {
+				found = append(found, seedFound{marker: id.Identifier, id: h.ID, pid: h.Pids.DOI.Identifier, published: h.Published})
+			}
+		}
+	}
+	more := len(hits) == invenioScanSize && page*invenioScanSize < total && page < invenioScanPages
+	return found, more, true
+}
+
+// seedRows seeds a deposit found once: a published record settles every
+// step; a draft settles the draft step and leaves the later steps pending,
+// so that each looks before it is sent. Found twice or more, only the
+// draft step is left pending: its search reports the conflict.
+func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []seedFound) []seedRow {
+	if len(found) > 1 {
+		return []seedRow{{step: 0}}
+	}
+	f := found[0]
+	_, seeds, err := d.layout(k, "")
+	if err != nil || len(seeds) != len(steps) {
+		return []seedRow{{step: 0}}
+	}
+	rows := []seedRow{{step: 0, id: f.id, done: true}}
+	for i := 1; i < len(steps); i++ {
+		id := seeds[i]
+		if steps[i].primary {
+			id = f.pid
+			if id == "" {
+				id = f.id
+			}
+		}
+		rows = append(rows, seedRow{step: i, id: id, done: f.published})
+	}
+	return rows
+}
+
+// Answers.
+
+// invenioHit is the part of a search hit the client reads.
+type invenioHit struct {
+	ID        string `json:"id"`
+	Published bool   `json:"is_published"`
+	Metadata  struct {
+		Identifiers []struct {
+			Identifier string `json:"identifier"`
+			Scheme     string `json:"scheme"`
+		} `json:"identifiers"`
+	} `json:"metadata"`
+	Pids struct {
+		DOI struct {
+			Identifier string `json:"identifier"`
+		} `json:"doi"`
+	} `json:"pids"`
+}
+
+// holds reports whether the hit carries marker exactly.
+func (h invenioHit) holds(marker string) bool {
+	for _, id := range h.Metadata.Identifiers {
+		if id.Identifier == marker {
+			return true
+		}
+	}
+	return false
+}
+
+// invenioHits reads a search answer: {"hits":{"hits":[...],"total":N}}.
+func invenioHits(body []byte) ([]invenioHit, int, bool) {
+	var page struct {
+		Hits *struct {
+			Hits  []invenioHit    `json:"hits"`
+			Total json.RawMessage `json:"total"`
+		} `json:"hits"`
+	}
+	if json.Unmarshal(body, &page) != nil || page.Hits == nil {
+		return nil, 0, false
+	}
+	// total is a number, or {"value":N,...} from newer search engines.
+	var total int
+	if json.Unmarshal(page.Hits.Total, &total) != nil {
+		var t struct {
+			Value int `json:"value"`
+		}
+		_ = json.Unmarshal(page.Hits.Total, &t)
+		total = t.Value
+	}
+	return page.Hits.Hits, total, true
+}
+
+// invenioVerdict classifies an answer per the protocol table, with
+// InvenioRDM's error body as the problem.
+func invenioVerdict(a answer) verdict {
+	v := verdict{class: classifyCommon(a)}
+	if a.err == nil && a.status >= 400 {
+		v.problem = invenioProblem(a.body)
+	}
+	return v
+}
+
+// invenioFileVerdict is invenioVerdict for a request to a draft that
+// exists: a 404 means that draft or file is gone (deleted by hand), which
+// fails this deposit and stops no other.
+func invenioFileVerdict(a answer) verdict {
+	v := invenioVerdict(a)
+	if a.err == nil && a.status == http.StatusNotFound {
+		v.class = classTerminal
+		v.problem = "the draft or file is gone (deleted?): " + v.problem
+	}
+	return v
+}
+
+// invenioProblem summarises an InvenioRDM error body, {"status":N,
+// "message":M,"errors":[{"field":F,"messages":[...]}]}, in one line; ""
+// when the body is not one.
+func invenioProblem(body []byte) string {
+	var e struct {
+		Message string `json:"message"`
+		Errors  []struct {
+			Field    string   `json:"field"`
+			Messages []string `json:"messages"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Message == "" {
+		return ""
+	}
+	parts := []string{e.Message}
+	for _, fe := range e.Errors {
+		parts = append(parts, fe.Field+": "+strings.Join(fe.Messages, " "))
+	}
+	return oneLine(strings.Join(parts, "; "))
+}
+
+// stringMember is the string member name of a JSON object body, or "".
+func stringMember(body []byte, name string) string {
+	s, _ := stringAtPointers(body, []string{"/" + name})
+	return s
+}
+
+func jsonHeader() http.Header {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json") // exactly: InvenioRDM refuses parameters
+	h.Set("Accept", "application/json")
+	return h
+}
+
+func acceptJSON() http.Header {
+	h := http.Header{}
+	h.Set("Accept", "application/json")
+	return h
+}
+
+// invenioTransport holds searches to their own rate and turns Zenodo's
+// X-RateLimit-Reset (Unix seconds) on a 429 into the Retry-After the retry
+// policy honours (capped like any wait).
+type invenioTransport struct {
+	next   http.RoundTripper
+	search *backoff.Limiter
+}
+
+func (t *invenioTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/user/records") {
+		if err := t.search.Wait(req.Context()); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
+		return resp, err
+	}
+	if reset, perr := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64); perr == nil {
+		wait := math.Ceil(time.Until(time.Unix(reset, 0)).Seconds())
+		resp.Header.Set("Retry-After", strconv.Itoa(int(max(wait, 1))))
+	}
+	return resp, nil
+}
