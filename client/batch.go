@@ -1,10 +1,13 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -185,13 +188,31 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 		mu  sync.Mutex
 		sum Summary
 	)
-	report := func(r ItemResult) {
-		mu.Lock()
-		defer mu.Unlock()
+	emit := func(r ItemResult) {
 		sum.add(r)
 		if opts.OnResult != nil {
 			opts.OnResult(r)
 		}
+	}
+	// An unresolved item is held back until its key settles on a later
+	// line of this batch, or the batch ends: a key settled later in the
+	// run is settled, and the line is reported with that final state.
+	held := map[string][]ItemResult{}
+	report := func(r ItemResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Outcome == OutcomeUnresolved && r.Key != "" {
+			held[r.Key] = append(held[r.Key], r)
+			return
+		}
+		emit(r)
+		if r.Outcome == OutcomeInvalid || r.Outcome == OutcomeSkipped {
+			return
+		}
+		for _, h := range held[r.Key] {
+			emit(settledLater(h, r))
+		}
+		delete(held, r.Key)
 	}
 
 	queue := make(chan Item)
@@ -247,8 +268,25 @@ feed:
 	}
 	close(queue)
 	wg.Wait()
+	rest := slices.Concat(slices.Collect(maps.Values(held))...)
+	slices.SortFunc(rest, func(a, b ItemResult) int { return cmp.Compare(a.Line, b.Line) })
+	for _, h := range rest {
+		emit(h)
+	}
 	sum.Elapsed = time.Since(start)
 	return sum, st.err()
+}
+
+// settledLater is the result of an unresolved item h whose key a later item
+// of the batch settled with r: replayed with r's identifier, or failed with
+// r's error. The requests h sent stay counted.
+func settledLater(h, r ItemResult) ItemResult {
+	h.Identifier, h.Status, h.RecordID, h.Recovered = r.Identifier, r.Status, r.RecordID, false
+	h.Outcome, h.Err = OutcomeReplayed, nil
+	if r.Err != nil {
+		h.Outcome, h.Err = r.Outcome, r.Err
+	}
+	return h
 }
 
 // batchStop ends a batch once: it closes drain (no new request or retry) and
