@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/depositkit/deposit/internal/pgtest"
 )
 
 // BenchmarkRunBinary measures a whole `deposit run` process against a local
@@ -87,10 +89,10 @@ func writeBenchInput(b *testing.B, path string, n int) {
 	}
 }
 
-// startServe starts `deposit serve` on a free port and returns its URL and
-// a function that stops it.
-func startServe(b *testing.B) (string, func()) {
-	cmd := exec.Command(binary, "serve", "--addr", "127.0.0.1:0")
+// startServe starts `deposit serve` on a free port, with flags, and returns
+// its URL and a function that stops it.
+func startServe(b *testing.B, flags ...string) (string, func()) {
+	cmd := exec.Command(binary, append([]string{"serve", "--addr", "127.0.0.1:0"}, flags...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -177,4 +179,55 @@ func residentMB(pid int) (anon, file float64) {
 		}
 	}
 	return anon, file
+}
+
+// BenchmarkFleet measures N `deposit run` processes given the same input
+// and one store, against one `deposit serve` with 2 ms of latency per
+// create, for N = 1 and 4, on SQLite and on PostgreSQL: the wall time until
+// every process has exited 0, as lines per second of the input.
+//
+//	go test -run '^$' -bench Fleet -benchtime 3x ./cmd/deposit
+func BenchmarkFleet(b *testing.B) {
+	const lines = 4000
+	dir := b.TempDir()
+	input := filepath.Join(dir, "in.jsonl")
+	writeBenchInput(b, input, lines)
+	for _, store := range []string{"sqlite", "postgres"} {
+		for _, procs := range []int{1, 4} {
+			b.Run(fmt.Sprintf("store=%s/procs=%d", store, procs), func(b *testing.B) {
+				var secs float64
+				for i := range b.N {
+					b.StopTimer()
+					url, stop := startServe(b, "--latency", "2ms")
+					db := filepath.Join(dir, fmt.Sprintf("fleet-%d-%d.db", procs, i))
+					if store == "postgres" {
+						db = pgtest.URL(b)
+					}
+					args := []string{"run", "--endpoint", url, "--db", db, "--concurrency", "8", "--json", input}
+					b.StartTimer()
+					t0 := time.Now()
+					errs := make(chan error, procs)
+					for range procs {
+						go func() {
+							out, err := exec.Command(binary, args...).CombinedOutput()
+							if err != nil {
+								err = fmt.Errorf("%w: %s", err, out)
+							}
+							errs <- err
+						}()
+					}
+					for range procs {
+						if err := <-errs; err != nil {
+							b.Fatal(err)
+						}
+					}
+					secs += time.Since(t0).Seconds()
+					b.StopTimer()
+					stop()
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(lines)*float64(b.N)/secs, "lines/s")
+			})
+		}
+	}
 }
