@@ -159,6 +159,12 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		r.noteRecordID(steps, prior)
 		return r.res, nil
 	}
+	// A key another process is sending is parked without a write. The
+	// store decides at the claim, by its own clock; a lease that by this
+	// machine's clock is far from its end need not be put to it.
+	if p := recs[pi]; p != nil && p.LeaseOwner != c.leases.lease.Owner && time.Until(p.LeaseExpires) > c.leases.lease.TTL/2 {
+		return r.res, errLeasedElsewhere{rec: *p}
+	}
 
 	// The deposit's intent and its lease, claimed before its first request
 	// whichever step sends it, and held until the deposit ends.
