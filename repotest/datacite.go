@@ -55,19 +55,21 @@ type DataCiteDOI struct {
 }
 
 // DataCiteStats counts what a DataCite stub did. All counts start at zero.
+// Its JSON form names each field in snake_case.
 type DataCiteStats struct {
-	Requests  int64 // requests received, faulted and refused ones included
-	Minted    int64 // DOIs created, by POST or by a PUT to a new DOI
-	Taken     int64 // 422 "This DOI has already been taken" answers
-	Conflicts int64 // 409 answers: a create that lost a race for its DOI
-	Updates   int64 // PUTs to an existing DOI
+	Requests  int64 `json:"requests"`  // requests received, faulted and refused ones included
+	Minted    int64 `json:"minted"`    // DOIs created, by POST or by a PUT to a new DOI
+	Taken     int64 `json:"taken"`     // 422 "This DOI has already been taken" answers
+	Conflicts int64 `json:"conflicts"` // 409 answers: a create that lost a race for its DOI
+	Updates   int64 `json:"updates"`   // PUTs to an existing DOI
 	// EventRequests counts creates and updates carrying an event that
 	// committed; Events counts those that moved a DOI to another state.
-	EventRequests, Events int64
-	Faults                int64 // faults injected, all kinds
+	EventRequests int64 `json:"event_requests"`
+	Events        int64 `json:"events"`
+	Faults        int64 `json:"faults"` // faults injected, all kinds
 	// FaultsByKind counts injected faults by kind as written in the spec. It
 	// is a copy.
-	FaultsByKind map[string]int64
+	FaultsByKind map[string]int64 `json:"faults_by_kind"`
 }
 
 // DataCite is a stub of DataCite's REST API (the /dois resource) as an

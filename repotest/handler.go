@@ -122,22 +122,23 @@ type Record struct {
 }
 
 // Stats counts what a server did. All counts start at zero when the Handler is
-// created; Records includes records loaded from Config.DBPath.
+// created; Records includes records loaded from Config.DBPath. Its JSON form
+// (`deposit serve`'s live counters) names each field in snake_case.
 type Stats struct {
-	Requests   int64 // requests received, faulted ones included
-	Creates    int64 // records created, duplicates included
-	Replays    int64 // answers from an existing record: put 412, idempotency-key hit
-	Conflicts  int64 // genuine 409 answers: a key whose request was in flight
-	Faults     int64 // faults injected, all kinds
-	Duplicates int64 // created records whose key, Idempotency-Key or body matched an earlier record
-	Records    int64 // records held now
+	Requests   int64 `json:"requests"`   // requests received, faulted ones included
+	Creates    int64 `json:"creates"`    // records created, duplicates included
+	Replays    int64 `json:"replays"`    // answers from an existing record: put 412, idempotency-key hit
+	Conflicts  int64 `json:"conflicts"`  // genuine 409 answers: a key whose request was in flight
+	Faults     int64 `json:"faults"`     // faults injected, all kinds
+	Duplicates int64 `json:"duplicates"` // created records whose key, Idempotency-Key or body matched an earlier record
+	Records    int64 `json:"records"`    // records held now
 	// Overlaps counts writes that arrived for a key while another write for
 	// the same key (PUT path, or Idempotency-Key) was still being handled:
 	// what a fleet of clients must never send.
-	Overlaps int64
+	Overlaps int64 `json:"overlaps"`
 	// FaultsByKind counts injected faults by kind as written in the spec
 	// ("drop", "reset", "slow", "503", ...). It is a copy.
-	FaultsByKind map[string]int64
+	FaultsByKind map[string]int64 `json:"faults_by_kind"`
 }
 
 // Handler is the reference repository as an http.Handler, for `deposit serve` and

@@ -64,23 +64,24 @@ type InvenioConfig struct {
 }
 
 // InvenioStats counts what an InvenioRDM stub did. All counts start at zero.
+// Its JSON form names each field in snake_case.
 type InvenioStats struct {
-	Requests    int64 // requests received, refused and faulted ones included
-	Drafts      int64 // drafts created by POST /api/records
-	Published   int64 // drafts published
-	Discarded   int64 // drafts deleted
-	FileInits   int64 // file keys initialised
-	Uploads     int64 // file contents received in full
-	Commits     int64 // file commits that took effect
-	Searches    int64 // searches answered
-	RateLimited int64 // 429 answers of the rate limit (not injected faults)
+	Requests    int64 `json:"requests"`     // requests received, refused and faulted ones included
+	Drafts      int64 `json:"drafts"`       // drafts created by POST /api/records
+	Published   int64 `json:"published"`    // drafts published
+	Discarded   int64 `json:"discarded"`    // drafts deleted
+	FileInits   int64 `json:"file_inits"`   // file keys initialised
+	Uploads     int64 `json:"uploads"`      // file contents received in full
+	Commits     int64 `json:"commits"`      // file commits that took effect
+	Searches    int64 `json:"searches"`     // searches answered
+	RateLimited int64 `json:"rate_limited"` // 429 answers of the rate limit (not injected faults)
 	// FallbackQueries counts searches whose q was not a query the stub
 	// parses (see Invenio): like InvenioRDM, it then matched any token.
-	FallbackQueries int64
-	Faults          int64 // faults injected, all kinds
+	FallbackQueries int64 `json:"fallback_queries"`
+	Faults          int64 `json:"faults"` // faults injected, all kinds
 	// FaultsByKind counts injected faults by kind as written in the spec.
 	// It is a copy.
-	FaultsByKind map[string]int64
+	FaultsByKind map[string]int64 `json:"faults_by_kind"`
 }
 
 // InvenioRecord is one record or draft the stub holds.

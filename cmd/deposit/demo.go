@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/depositkit/deposit/repotest"
@@ -104,11 +102,7 @@ func demoCmd(ctx context.Context, args []string, s streams) int {
 	fmt.Fprintf(w, "  duplicates                %d\n", after.Duplicates)
 	fmt.Fprintf(w, "  requests in all           %d\n", after.Requests)
 	fmt.Fprintf(w, "  requests during replay    %d\n", after.Requests-before.Requests)
-	fmt.Fprintf(w, "  faults injected           %d", after.Faults)
-	for _, k := range slices.Sorted(maps.Keys(after.FaultsByKind)) {
-		fmt.Fprintf(w, "  %s=%d", k, after.FaultsByKind[k])
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  faults injected           %d%s\n", after.Faults, faultKinds(after.FaultsByKind))
 	ok = code == exitDone && after.Records == int64(distinct) && after.Duplicates == 0 &&
 		after.Requests == before.Requests && sum.Replayed == demoLines
 	if !ok {

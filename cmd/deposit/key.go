@@ -22,7 +22,7 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		datasets     string
 		maxLineBytes int64
 	)
-	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] FILE|-", keyAbout, "")
+	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] [--max-line-bytes N] FILE|-", keyAbout, "")
 	c.fs.StringVar(&formName, "form", "jcs", "canonical form: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	c.fs.Var(&ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key; repeatable")
 	c.fs.StringVar(&datasets, "datasets", "", "each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`")

@@ -6,8 +6,8 @@
 //
 //	deposit run     --endpoint URL [flags] FILE|-
 //	deposit status  [--db FILE] [--json] [--list]
-//	deposit key     [--form jcs|python] [--ignore POINTER]... [--datasets DIR] FILE|-
-//	deposit serve   [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE]
+//	deposit key     [--form jcs|python] [--ignore POINTER]... [flags] FILE|-
+//	deposit serve   [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [flags]
 //	deposit demo
 //	deposit probe   --endpoint URL [--protocol put|webdav|s3|couchdb] [--yes]
 //	deposit version

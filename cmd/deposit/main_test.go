@@ -9,6 +9,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -696,4 +697,56 @@ func TestAnUnresolvedLineIsOneShortLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(text), k, "--results keeps the full key")
 	require.Contains(t, string(text), "after 2 attempts", "--results keeps the full error")
+}
+
+// Each command's help lists its flags; its usage line names every one of
+// them (unless it says "[flags]"), and so does the README's command line
+// reference.
+func TestEveryFlagIsInTheUsageLineAndTheREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	_, ref, ok := strings.Cut(string(readme), "## Command line\n\n```\n")
+	require.True(t, ok, "the README has a command line reference")
+	ref, _, _ = strings.Cut(ref, "```")
+	for _, cmd := range []string{"run", "status", "key", "serve", "demo", "probe", "version"} {
+		t.Run(cmd+" names every flag", func(t *testing.T) {
+			r := deposit(t, nil, cmd, "-h")
+			require.Equal(t, exitDone, r.code)
+			synopsis, _, _ := strings.Cut(strings.TrimPrefix(r.stdout, "Usage: "), "\n")
+			var flags []string
+			for line := range strings.Lines(r.stdout) {
+				if name, ok := strings.CutPrefix(line, "  --"); ok {
+					name, _, _ = strings.Cut(strings.TrimSpace(name), " ")
+					flags = append(flags, "--"+name)
+				}
+			}
+			entry := referenceEntry(ref, cmd)
+			require.NotEmpty(t, entry, "the README's reference has deposit %s", cmd)
+			for _, f := range flags {
+				if !strings.Contains(synopsis, "[flags]") {
+					require.Regexp(t, regexp.QuoteMeta(f)+`([\s\]]|$)`, synopsis, "the usage line of %s", cmd)
+				}
+				require.Regexp(t, regexp.QuoteMeta(f)+`([\s\]]|$)`, entry, "the README's reference of %s", cmd)
+			}
+		})
+	}
+}
+
+// referenceEntry returns the lines of the README's reference ref that
+// describe deposit cmd: its line and the indented lines after it.
+func referenceEntry(ref, cmd string) string {
+	var b strings.Builder
+	in := false
+	for line := range strings.Lines(ref) {
+		switch {
+		case strings.HasPrefix(line, "deposit "+cmd+" ") || line == "deposit "+cmd+"\n":
+			in = true
+		case !strings.HasPrefix(line, " "):
+			in = false
+		}
+		if in {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +20,9 @@ const serveAbout = `Runs the reference repository: both protocols of the design,
 the server mints identifiers for (10.5072/...), and declarative fault injection
 for demos and for testing your own batch programs. Records stay in memory
 unless --db is given. It serves until SIGINT or SIGTERM, then prints its
-counters (requests, records, duplicates, faults).
+counters (requests, records, duplicates, faults by kind). While it runs,
+GET {URL}/_deposit/stats answers them as JSON; that request is neither
+counted nor faulted, and no protocol uses the path.
 
 Under put, records live at {URL}/{key} (PUT with If-None-Match: * creates,
 GET reads back); under idempotency-key, POST to {URL} with an Idempotency-Key.
@@ -33,6 +39,12 @@ the token in DEPOSIT_AUTHORIZATION only when that is set. --db and
 // to stop.
 const shutdownGrace = 5 * time.Second
 
+// statsPath is where serve answers GET and HEAD with the repository's live
+// counters. It is clear of every protocol: a put key is one path segment,
+// idempotency-key answers GET nowhere, and the stubs live under /dois and
+// /api.
+const statsPath = "/_deposit/stats"
+
 func serveCmd(ctx context.Context, args []string, s streams) int {
 	var (
 		addr      string
@@ -45,7 +57,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		lockHold  time.Duration
 		indexLag  time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
 	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite or invenio")
@@ -80,7 +92,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		fmt.Fprintf(s.stderr, "deposit serve: %v\n", err)
 		return exitStop
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: withStats(h), ReadHeaderTimeout: 10 * time.Second}
 	where := "records in memory"
 	if db != "" {
 		where = "records in " + db
@@ -90,6 +102,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	}
 	fmt.Fprintf(s.stdout, "deposit serve: listening on http://%s (protocol %s, faults %s, seed %d, %s)\n",
 		ln.Addr(), protocolOrPut(protocol), faults, seed, where)
+	fmt.Fprintf(s.stdout, "deposit serve: live counters at http://%s%s\n", ln.Addr(), statsPath)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -112,12 +125,44 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	return exitDone
 }
 
-// repository is what serve runs: the reference repository or the DataCite
-// stub, with its counters in one line.
+// repository is what serve runs: the reference repository or a stub, with
+// its counters in one line and as a value for JSON.
 type repository interface {
 	http.Handler
 	Close() error
 	counters() string
+	stats() any
+}
+
+// withStats answers GET and HEAD of statsPath with repo's stats as JSON,
+// without repo seeing the request, so it is neither counted nor faulted.
+// Every other request goes to repo, as it would without the stats path.
+func withStats(repo repository) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != statsPath || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+			repo.ServeHTTP(w, r)
+			return
+		}
+		body, err := json.Marshal(repo.stats())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+		_, _ = w.Write(append(body, '\n'))
+	})
+}
+
+// faultKinds renders the faults injected by kind, each after two spaces, in
+// the order of the kinds' names: "  429=19  500=7  drop=59".
+func faultKinds(byKind map[string]int64) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(byKind)) {
+		fmt.Fprintf(&b, "  %s=%d", k, byKind[k])
+	}
+	return b.String()
 }
 
 // newRepository returns the repository of protocol; cfg holds the settings
@@ -148,25 +193,31 @@ type referenceRepository struct{ *repotest.Handler }
 
 func (r referenceRepository) counters() string {
 	st := r.Stats()
-	return fmt.Sprintf("%d requests, %d records, %d created, %d replays, %d duplicates, %d faults injected",
-		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Faults)
+	return fmt.Sprintf("%d requests, %d records, %d created, %d replays, %d duplicates, %d overlapping writes, %d faults injected%s",
+		st.Requests, st.Records, st.Creates, st.Replays, st.Duplicates, st.Overlaps, st.Faults, faultKinds(st.FaultsByKind))
 }
+
+func (r referenceRepository) stats() any { return r.Stats() }
 
 type invenioRepository struct{ *repotest.Invenio }
 
 func (r invenioRepository) counters() string {
 	st := r.Stats()
-	return fmt.Sprintf("%d requests, %d drafts created, %d published, %d files committed, %d searches, %d faults injected",
-		st.Requests, st.Drafts, st.Published, st.Commits, st.Searches, st.Faults)
+	return fmt.Sprintf("%d requests, %d drafts created, %d published, %d files committed, %d searches, %d faults injected%s",
+		st.Requests, st.Drafts, st.Published, st.Commits, st.Searches, st.Faults, faultKinds(st.FaultsByKind))
 }
+
+func (r invenioRepository) stats() any { return r.Stats() }
 
 type dataciteRepository struct{ *repotest.DataCite }
 
 func (r dataciteRepository) counters() string {
 	st := r.Stats()
-	return fmt.Sprintf("%d requests, %d DOIs minted, %d taken, %d events, %d faults injected",
-		st.Requests, st.Minted, st.Taken, st.Events, st.Faults)
+	return fmt.Sprintf("%d requests, %d DOIs minted, %d taken, %d events, %d faults injected%s",
+		st.Requests, st.Minted, st.Taken, st.Events, st.Faults, faultKinds(st.FaultsByKind))
 }
+
+func (r dataciteRepository) stats() any { return r.Stats() }
 
 func protocolOrPut(p string) string {
 	if p == "" {
