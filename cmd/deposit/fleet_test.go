@@ -25,8 +25,9 @@ const fleetFaults = "drop=0.15,503=0.1:retry-after=1,429=0.05:retry-after=1,500=
 // process is re-run until it exits 0. The leases keep each key in one
 // process at a time: the server sees no overlapping writes of a key, and
 // the fleet sends no more requests per record than one process alone
-// (within 10%, the cost of the requests the kills cut off). Run on SQLite
-// and on PostgreSQL, under put and idempotency-key.
+// (within 10%, plus one deposit's worth for each item a killed worker left
+// uncertain). Run on SQLite and on PostgreSQL, under put and
+// idempotency-key.
 func TestAFleetSharingOneStoreDepositsEachKeyFromOneProcess(t *testing.T) {
 	for _, store := range []string{"sqlite", "postgres"} {
 		for _, proto := range []repotest.Protocol{repotest.ProtocolPut, repotest.ProtocolIdempotencyKey} {
@@ -65,16 +66,23 @@ func runFleet(t *testing.T, proto repotest.Protocol, newDB func() string) {
 			break
 		}
 	}
-	base := float64(alone.Stats().Requests) / float64(distinct)
-	t.Logf("one process alone: %d requests, %d overlapping writes", alone.Stats().Requests, alone.Stats().Overlaps)
+	// A 409 "still in flight" (idempotency-key) is a wait, not a write: a
+	// key whose writer was killed is locked on the server for a while, and
+	// the process that takes it over asks until the lock ends. Requests
+	// per record are compared without those answers.
+	needed := func(st repotest.Stats) float64 { return float64(st.Requests-st.Conflicts) / float64(distinct) }
+	base := needed(alone.Stats())
+	t.Logf("one process alone: %d requests (%d answered in flight), %d overlapping writes",
+		alone.Stats().Requests, alone.Stats().Conflicts, alone.Stats().Overlaps)
 
 	srv := newFleetServer()
 	db := newDB()
 	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	var (
-		mu      sync.Mutex
-		created int
-		lost    int
+		mu        sync.Mutex
+		created   int
+		lost      int
+		recovered int
 	)
 	// Each worker runs its process until it exits 0; workers 0 and 1 kill
 	// their first process at a random moment.
@@ -106,6 +114,7 @@ func runFleet(t *testing.T, proto repotest.Protocol, newDB func() string) {
 				mu.Lock()
 				created += s.Created
 				lost += s.LeasesLost
+				recovered += s.Recovered
 				mu.Unlock()
 				if code == exitDone {
 					return
@@ -124,12 +133,16 @@ func runFleet(t *testing.T, proto repotest.Protocol, newDB func() string) {
 		checkIdentifiersOnce(t, srv, db, distinct)
 	}
 	st := srv.Stats()
-	perRecord := float64(st.Requests) / float64(distinct)
-	t.Logf("fleet of 4: %d requests, %.2f per record (one process alone: %.2f); %d overlapping writes; %d leases lost",
-		st.Requests, perRecord, base, st.Overlaps, lost)
+	perRecord := needed(st)
+	t.Logf("fleet of 4: %d requests (%d answered in flight), %.2f per record (one process alone: %.2f); %d overlapping writes; %d leases lost",
+		st.Requests, st.Conflicts, perRecord, base, st.Overlaps, lost)
 	require.Zero(t, st.Overlaps, "a key was written by two processes at once")
 	require.LessOrEqual(t, created, distinct, "no payload is reported created twice")
-	require.LessOrEqual(t, perRecord, base*1.1, fmt.Sprintf("the fleet sent %.2f requests per record, one process %.2f", perRecord, base))
+	// Within 10% of one process alone, plus one deposit's worth of requests
+	// for each item a killed worker left uncertain: another settles it.
+	allowed := base*1.1 + float64(recovered)*base/float64(distinct)
+	t.Logf("%d items recovered from the killed workers: allowed %.2f requests per record", recovered, allowed)
+	require.LessOrEqual(t, perRecord, allowed, fmt.Sprintf("the fleet sent %.2f requests per record, one process %.2f", perRecord, base))
 }
 
 // checkIdentifiersOnce is checkExactlyOnce for a server that names its
