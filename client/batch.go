@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -216,14 +217,15 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	}
 
 	queue := make(chan Item)
+	jobs := make(chan job)
 	var (
 		wg      sync.WaitGroup
 		itemCtx context.Context // set before the first worker starts
 	)
 	worker := func() {
 		defer wg.Done()
-		for it := range queue {
-			r := c.runItem(itemCtx, it, opts.Shard, st.drain)
+		for j := range jobs {
+			r := c.runItem(itemCtx, j, opts.Shard, st.drain)
 			switch {
 			case errors.Is(r.Err, ErrStopRun):
 				st.stop(r.Err)
@@ -251,6 +253,19 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 		wg.Add(1)
 		go worker()
 	}
+	// The look-ahead (prefetch.go) computes keys on every core; with one
+	// slot and no waiting, items run strictly in input order, so it only
+	// computes keys, in one goroutine.
+	strict := slots == 1 && waiting == 0
+	ahead := runtime.GOMAXPROCS(0)
+	if strict {
+		ahead = 1
+	}
+	var awg sync.WaitGroup
+	for range ahead {
+		a := &lookAhead{c: c, ctx: work, shard: opts.Shard, drain: st.drain, report: report, work: jobs, off: strict}
+		awg.Go(func() { a.run(queue) })
+	}
 
 feed:
 	for it := range items {
@@ -267,6 +282,8 @@ feed:
 		}
 	}
 	close(queue)
+	awg.Wait()
+	close(jobs)
 	wg.Wait()
 	rest := slices.Concat(slices.Collect(maps.Values(held))...)
 	slices.SortFunc(rest, func(a, b ItemResult) int { return cmp.Compare(a.Line, b.Line) })
@@ -317,8 +334,9 @@ func (s *batchStop) err() error {
 	return s.reason
 }
 
-// runItem deposits one item and classifies the result.
-func (c *Client) runItem(ctx context.Context, it Item, shard Shard, drain <-chan struct{}) ItemResult {
+// keyItem computes the key of it; an item that is invalid or left to
+// another shard gets its result instead.
+func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 	var (
 		k   canonical.Keyed
 		err error
@@ -329,10 +347,26 @@ func (c *Client) runItem(ctx context.Context, it Item, shard Shard, drain <-chan
 		k, err = c.keyer.Key(it.Payload)
 	}
 	if err != nil {
-		return ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+		return k, &ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
 	}
 	if !shard.holds(k.Key) {
-		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeSkipped}}
+		return k, &ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeSkipped}}
+	}
+	return k, nil
+}
+
+// runItem deposits the item of j, computing its key unless j has it, and
+// classifies the result.
+func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan struct{}) ItemResult {
+	it := j.it
+	var k canonical.Keyed
+	if j.k != nil {
+		k = *j.k
+	} else {
+		var r *ItemResult
+		if k, r = c.keyItem(it, shard); r != nil {
+			return *r
+		}
 	}
 	select {
 	case <-drain:

@@ -20,8 +20,8 @@ type Store interface {
 	CheckSettings(ctx context.Context, target string, s dedup.Settings) error
 	// Lookup returns the row of key, or an error wrapping dedup.ErrNotFound.
 	Lookup(ctx context.Context, target, key string) (dedup.Record, error)
-	// LookupMany returns the rows of keys in one query; keys without a row
-	// are absent from the map.
+	// LookupMany returns the rows of keys in one query, without their Body
+	// (nil); keys without a row are absent from the map.
 	LookupMany(ctx context.Context, target string, keys []string) (map[string]dedup.Record, error)
 	// Begin records the intent to send: a pending row (holding body, the
 	// first non-nil one) or one more attempt of a pending row. A done or

@@ -296,6 +296,23 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 		require.Empty(t, got)
 	})
 
+	t.Run("lookup many leaves bodies out, lookup keeps them", func(t *testing.T) {
+		s := open(t)
+		_, err := s.Begin(ctx, target, "k", []byte(`{"a":1}`))
+		require.NoError(t, err)
+		one, err := s.Lookup(ctx, target, "k")
+		require.NoError(t, err)
+		require.Equal(t, []byte(`{"a":1}`), one.Body)
+		got, err := s.LookupMany(ctx, target, []string{"k"})
+		require.NoError(t, err)
+		require.Nil(t, got["k"].Body)
+		one.Body = nil
+		require.Equal(t, one, got["k"], "every other field as Lookup has it")
+		got, err = s.LookupMany(ctx, target, nil)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
 	t.Run("complete many keeps first results", func(t *testing.T) {
 		s := open(t)
 		_, err := s.Complete(ctx, target, "k1", created)

@@ -400,14 +400,17 @@ func (d *pgdb) fail(what string, err error) error {
 
 const pgRecordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at, lease_owner, lease_expires"
 
+// pgLookupCols are pgRecordCols with NULL for body, for LookupMany.
+const pgLookupCols = "target, key, state, outcome, identifier, status, problem, NULL::bytea, attempts, created_at, updated_at, lease_owner, lease_expires"
+
 // pgQueries are the store's statements, written for its schema.
 type pgQueries struct {
-	marker, version, migrated                              string
-	get, getMany, begin, complete, completeMany, fail      string
-	reset, claim, renew, release, dropUnsent               string
-	settingsInsert, settingsGet, count, countAll, byTarget string
-	listAll, listAllDone, listTarget, listTargetDone       string
-	listAllUnsettled, listTargetUnsettled                  string
+	marker, version, migrated                                     string
+	get, getMany, lookupMany, begin, complete, completeMany, fail string
+	reset, claim, renew, release, dropUnsent                      string
+	settingsInsert, settingsGet, count, countAll, byTarget        string
+	listAll, listAllDone, listTarget, listTargetDone              string
+	listAllUnsettled, listTargetUnsettled                         string
 }
 
 // newPGQueries writes the store's statements for the schema quoted (a
@@ -417,11 +420,12 @@ type pgQueries struct {
 func newPGQueries(quoted string) pgQueries {
 	x := func(q string) string { return strings.ReplaceAll(q, "{s}", quoted) }
 	return pgQueries{
-		marker:   x("SELECT format FROM {s}.deposit_store"),
-		version:  x("SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"),
-		migrated: x("INSERT INTO {s}.schema_migrations (version, name) VALUES ($1, $2)"),
-		get:      x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND key = $2"),
-		getMany:  x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND key = ANY($2::text[])"),
+		marker:     x("SELECT format FROM {s}.deposit_store"),
+		version:    x("SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"),
+		migrated:   x("INSERT INTO {s}.schema_migrations (version, name) VALUES ($1, $2)"),
+		get:        x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND key = $2"),
+		getMany:    x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND key = ANY($2::text[])"),
+		lookupMany: x("SELECT " + pgLookupCols + " FROM {s}.records WHERE target = $1 AND key = ANY($2::text[])"),
 		begin: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at)
 			VALUES ($1, $2, 'pending', $3, 1, now(), now())
 			ON CONFLICT (target, key) DO UPDATE SET
@@ -601,7 +605,7 @@ func (p *Postgres) Lookup(ctx context.Context, target, key string) (Record, erro
 }
 
 // LookupMany returns the records of keys in one query; keys without a record
-// are absent from the map.
+// are absent from the map. The records' Body is nil, as SQLite.LookupMany's.
 func (p *Postgres) LookupMany(ctx context.Context, target string, keys []string) (map[string]Record, error) {
 	if p.isClosed.Load() {
 		return nil, ErrClosed
@@ -610,15 +614,16 @@ func (p *Postgres) LookupMany(ctx context.Context, target string, keys []string)
 	if len(keys) == 0 {
 		return out, nil
 	}
-	if err := p.readRecords(ctx, out, target, keys); err != nil {
+	if err := p.readRecords(ctx, p.q.lookupMany, out, target, keys); err != nil {
 		return nil, p.fail("lookup", err)
 	}
 	return out, nil
 }
 
-// readRecords adds the records of keys to out.
-func (d *pgdb) readRecords(ctx context.Context, out map[string]Record, target string, keys []string) error {
-	rows, err := d.pool.Query(ctx, d.q.getMany, target, keys)
+// readRecords adds the records of keys to out, read with q (getMany or
+// lookupMany).
+func (d *pgdb) readRecords(ctx context.Context, q string, out map[string]Record, target string, keys []string) error {
+	rows, err := d.pool.Query(ctx, q, target, keys)
 	if err != nil {
 		return err
 	}
@@ -730,7 +735,7 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 		if len(done) == 0 {
 			return nil
 		}
-		return p.readRecords(ctx, out, target, done)
+		return p.readRecords(ctx, p.q.getMany, out, target, done)
 	}()
 	if err != nil {
 		return nil, p.fail(fmt.Sprintf("complete %d keys", len(keys)), err)

@@ -113,7 +113,7 @@ type SQLite struct {
 
 	stInsert, stBegin, stConfirm, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
 	stClaimNew, stClaim                                              *sql.Stmt // on wdb
-	stLookup                                                         *sql.Stmt // on rdb
+	stLookup, stLookupMany, stLookupDone                             *sql.Stmt // on rdb
 
 	mu         sync.RWMutex // guards sending on queue against Close
 	closed     bool
@@ -231,6 +231,8 @@ func (s *SQLite) open() error {
 		{s.wdb, &s.stClaimNew, sqlClaimNew},
 		{s.wdb, &s.stClaim, sqlClaim},
 		{s.rdb, &s.stLookup, sqlGet},
+		{s.rdb, &s.stLookupMany, sqlGetMany},
+		{s.rdb, &s.stLookupDone, sqlGetDone},
 	} {
 		if *p.st, err = p.db.PrepareContext(ctx, p.text); err != nil {
 			return fmt.Errorf("dedup: store %s: %w", s.path, err)
@@ -322,7 +324,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stClaimNew, s.stClaim, s.stLookup} {
+	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stClaimNew, s.stClaim, s.stLookup, s.stLookupMany, s.stLookupDone} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -343,9 +345,16 @@ func (s *SQLite) stamp() int64 { return s.now().UnixMicro() }
 
 const recordCols = "target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at, lease_owner, lease_expires"
 
+// lookupCols are recordCols with NULL for body: LookupMany does not read
+// bodies, which are most of a row's bytes.
+const lookupCols = "target, key, state, outcome, identifier, status, problem, NULL, attempts, created_at, updated_at, lease_owner, lease_expires"
+
 const (
-	sqlGet    = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
-	sqlInsert = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
+	sqlGet = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
+	// sqlGetMany takes the keys as one JSON array.
+	sqlGetMany = "SELECT " + lookupCols + " FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2))"
+	sqlGetDone = "SELECT key, outcome, identifier, status FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2)) AND state = 'done'"
+	sqlInsert  = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
 		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4)
 		ON CONFLICT (target, key) DO NOTHING`
 	sqlBegin = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
@@ -516,7 +525,8 @@ func (s *SQLite) Lookup(ctx context.Context, target, key string) (Record, error)
 }
 
 // LookupMany returns the records of keys in one query; keys without a record
-// are absent from the map.
+// are absent from the map. The records' Body is nil: a body is needed only
+// to send a request, and Begin and Claim return it.
 func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (map[string]Record, error) {
 	if s.isClosed.Load() {
 		return nil, ErrClosed
@@ -529,7 +539,7 @@ func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (
 	if err != nil {
 		return nil, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
 	}
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+recordCols+" FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2))", target, string(list))
+	rows, err := s.stLookupMany.QueryContext(ctx, target, string(list))
 	if err != nil {
 		return nil, fmt.Errorf("dedup: lookup: %w", err)
 	}
@@ -537,6 +547,40 @@ func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (
 	for rows.Next() {
 		r, err := scanRecord(rows)
 		if err != nil {
+			return nil, fmt.Errorf("dedup: lookup: %w", err)
+		}
+		out[r.Key] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dedup: lookup: %w", err)
+	}
+	return out, nil
+}
+
+// LookupDone returns the records among keys that are done, in one query,
+// with only Target, Key, State, Outcome, Identifier and Status set: what
+// answering a finished key needs, a third of a row's columns. Keys that are
+// not done, or have no record, are absent from the map.
+func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string) (map[string]Record, error) {
+	if s.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	out := make(map[string]Record, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	list, err := json.Marshal(keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
+	}
+	rows, err := s.stLookupDone.QueryContext(ctx, target, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("dedup: lookup: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := Record{Target: target, State: StateDone}
+		if err := rows.Scan(&r.Key, &r.Outcome, &r.Identifier, &r.Status); err != nil {
 			return nil, fmt.Errorf("dedup: lookup: %w", err)
 		}
 		out[r.Key] = r

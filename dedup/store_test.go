@@ -353,6 +353,27 @@ func TestLookupManyReturnsOnlyStoredKeys(t *testing.T) {
 	require.Equal(t, target, got["k1"].Target)
 }
 
+func TestLookupDoneReturnsOnlyDoneKeys(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	_, err := s.Begin(ctx, target, "pending", []byte("body"))
+	require.NoError(t, err)
+	_, err = s.Fail(ctx, target, "failed", Failure{Status: 422, Problem: "no"})
+	require.NoError(t, err)
+	_, err = s.Complete(ctx, target, "done", Confirmation{Outcome: OutcomeExisting, Identifier: "10.5072/x", Status: 200})
+	require.NoError(t, err)
+	_, err = s.Complete(ctx, "other", "elsewhere", Confirmation{Outcome: OutcomeCreated, Identifier: "10.5072/y", Status: 201})
+	require.NoError(t, err)
+
+	got, err := s.LookupDone(ctx, target, []string{"pending", "failed", "done", "done", "elsewhere", "missing"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]Record{"done": {Target: target, Key: "done", State: StateDone,
+		Outcome: OutcomeExisting, Identifier: "10.5072/x", Status: 200}}, got)
+	got, err = s.LookupDone(ctx, target, nil)
+	require.NoError(t, err)
+	require.Empty(t, got)
+}
+
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	return func(yield func(string) bool) {
 		for k := range m {

@@ -18,8 +18,9 @@ import (
 )
 
 // BenchmarkRunBinary measures a whole `deposit run` process against a local
-// `deposit serve` process: lines per second, the client's peak RSS, and the
-// time to replay the same file. The input has 20,000 lines unless
+// `deposit serve` process: lines per second, the client's peak RSS, the
+// time to replay the same file and, alternated with it, the time `deposit
+// key` takes on it (replay-x is the first over the second). The input has 20,000 lines unless
 // DEPOSIT_BENCH_LINES says otherwise; the README figures come from
 //
 //	DEPOSIT_BENCH_LINES=1000000 go test -run '^$' -bench RunBinary -benchtime 1x ./cmd/deposit
@@ -40,7 +41,7 @@ func BenchmarkRunBinary(b *testing.B) {
 		b.Fatal(err)
 	}
 
-	var runSecs, replaySecs, runRSS, replayRSS, runAnon, runFile float64
+	var runSecs, replaySecs, keySecs, runRSS, replayRSS, runAnon, runFile float64
 	for i := range b.N {
 		b.StopTimer()
 		url, stop := startServe(b)
@@ -50,7 +51,9 @@ func BenchmarkRunBinary(b *testing.B) {
 		secs, rss, anon, file := runMeasured(b, args)
 		b.StopTimer()
 		rsecs, rrss, _, _ := runMeasured(b, args)
+		ksecs, _, _, _ := runMeasured(b, []string{"key", input})
 		stop()
+		keySecs += ksecs
 		runSecs += secs
 		replaySecs += rsecs
 		runRSS = max(runRSS, rss)
@@ -66,6 +69,8 @@ func BenchmarkRunBinary(b *testing.B) {
 	b.ReportMetric(replaySecs/n, "replay-s")
 	b.ReportMetric(float64(lines)*n/replaySecs, "replay-lines/s")
 	b.ReportMetric(replayRSS, "replay-peak-RSS-MB")
+	b.ReportMetric(keySecs/n, "key-s")
+	b.ReportMetric(replaySecs/keySecs, "replay-x")
 	b.Logf("%d lines (%.1f MB): run %.1f s, peak RSS %.1f MB (sampled: anonymous %.1f MB, file-backed %.1f MB); replay %.1f s, peak RSS %.1f MB",
 		lines, float64(fi.Size())/1e6, runSecs/n, runRSS, runAnon, runFile, replaySecs/n, replayRSS)
 }
@@ -147,7 +152,7 @@ func runMeasured(b *testing.B, args []string) (secs, rss, anon, file float64) {
 	close(done)
 	peak := <-sampled
 	if err != nil {
-		b.Fatalf("deposit run: %v\n%s", err, stderr.String())
+		b.Fatalf("deposit %s: %v\n%s", args[0], err, stderr.String())
 	}
 	secs = time.Since(t0).Seconds()
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)

@@ -1,0 +1,235 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
+)
+
+// A batch's items pass through a look-ahead before its workers: it computes
+// their keys and, while the store keeps answering them, looks a group of
+// them up in one LookupMany per step target. An item whose deposit the
+// store shows finished is reported replayed there, without a deposit
+// goroutine, a lease or a request: exactly what the engine would answer it
+// (runStepsOnce, whose look-ups find every step done). Every other item goes
+// to the engine, which looks it up again: what the look-ahead saw decides
+// nothing for it.
+//
+// Groups grow while every item of a group is answered (replaying a finished
+// batch), and shrink to one at the first item that is not, after which the
+// look-ahead stands aside for a growing number of items before it looks
+// again: a first run reads no further ahead than before and pays about one
+// look-up per doubling, not one per item.
+
+const (
+	// maxGroup bounds the items looked up in one query.
+	maxGroup = 256
+	// groupWait bounds how long a group waits for more input once it has
+	// its first item, so that slow input (a pipe) is not held back.
+	groupWait = 2 * time.Millisecond
+)
+
+// doneLooker is a store that looks up only the done rows among keys, and
+// reads only what answering them needs; *dedup.SQLite is one. With a
+// store that is not, the look-ahead uses LookupMany.
+type doneLooker interface {
+	LookupDone(ctx context.Context, target string, keys []string) (map[string]dedup.Record, error)
+}
+
+// job is an item on its way to a worker, with its key when the look-ahead
+// computed it.
+type job struct {
+	it Item
+	k  *canonical.Keyed
+}
+
+// lookAhead is one goroutine of a batch's look-ahead.
+type lookAhead struct {
+	c      *Client
+	ctx    context.Context // for the store's look-ups
+	shard  Shard
+	drain  <-chan struct{}
+	report func(ItemResult)
+	work   chan<- job
+	// off disables look-ups, for a batch that must run its items strictly
+	// in input order.
+	off bool
+
+	group, skip, backoff int
+	items                []Item
+	keyed                []job
+}
+
+// run takes items from queue until it is closed.
+func (a *lookAhead) run(queue <-chan Item) {
+	a.group, a.backoff = 1, 1
+	for it := range queue {
+		a.items = append(a.items[:0], it)
+		if a.group > 1 {
+			a.gather(queue)
+		}
+		a.keyed = a.keyed[:0]
+		for _, it := range a.items {
+			if it.Dataset != nil { // its key reads files: a worker's job
+				a.pass(job{it: it})
+				continue
+			}
+			k, r := a.c.keyItem(it, a.shard)
+			if r != nil {
+				a.report(*r)
+				continue
+			}
+			a.keyed = append(a.keyed, job{it: it, k: &k})
+		}
+		if len(a.keyed) == 0 {
+			continue
+		}
+		if a.off || a.skip > 0 {
+			a.skip = max(0, a.skip-len(a.keyed))
+			for _, j := range a.keyed {
+				a.pass(j)
+			}
+			continue
+		}
+		if missed := a.answer(a.keyed); missed == 0 {
+			a.group = min(2*a.group, maxGroup)
+			a.backoff = 1
+		} else {
+			a.group, a.skip = 1, a.backoff
+			a.backoff = min(2*a.backoff, maxGroup)
+		}
+	}
+}
+
+// gather adds to a.items what queue yields within groupWait, up to a.group.
+func (a *lookAhead) gather(queue <-chan Item) {
+	t := time.NewTimer(groupWait)
+	defer t.Stop()
+	for len(a.items) < a.group {
+		select {
+		case it, ok := <-queue:
+			if !ok {
+				return
+			}
+			a.items = append(a.items, it)
+		case <-t.C:
+			return
+		case <-a.drain:
+			return
+		}
+	}
+}
+
+// pass hands j to the workers, or reports it unresolved if the batch is
+// stopping.
+func (a *lookAhead) pass(j job) {
+	select {
+	case a.work <- j:
+	case <-a.drain:
+		var key string
+		if j.k != nil {
+			key = j.k.Key
+		}
+		a.report(ItemResult{Line: j.it.Line, Result: Result{Key: key, Outcome: OutcomeUnresolved}, Err: ErrInterrupted})
+	}
+}
+
+// answer looks jobs up, reports those the store shows finished and passes
+// the others on, in input order. It returns how many it passed on.
+func (a *lookAhead) answer(jobs []job) (missed int) {
+	c := a.c
+	_, seeds := c.target.(seeder)
+	steps := make([][]step, len(jobs))
+	keys := map[string][]string{} // target -> keys
+	full := map[string]bool{}     // targets whose rows are needed in any state
+	for i, j := range jobs {
+		ss, err := c.target.steps(*j.k, "")
+		if err != nil {
+			continue // the engine reports it
+		}
+		steps[i] = ss
+		for _, s := range ss {
+			if s.durable {
+				keys[s.target] = append(keys[s.target], s.key)
+			}
+			if seeds && s.recheck != "" && s.check != nil {
+				keys[s.recheck] = append(keys[s.recheck], s.key)
+				full[s.recheck] = true
+			}
+		}
+	}
+	// A step's row counts only when done; a recheck's row in any state.
+	done, _ := c.store.(doneLooker)
+	recs := make(map[dedup.Ref]*dedup.Record, len(jobs))
+	for target, ks := range keys {
+		look := c.store.LookupMany
+		if done != nil && !full[target] {
+			look = done.LookupDone
+		}
+		got, err := look(a.ctx, target, ks)
+		if err != nil {
+			// The engine meets the error again and stops the batch.
+			clear(steps)
+			break
+		}
+		for key, rec := range got {
+			recs[dedup.Ref{Target: target, Key: key}] = &rec
+		}
+	}
+	lookup := func(target, key string) *dedup.Record { return recs[dedup.Ref{Target: target, Key: key}] }
+	for i, j := range jobs {
+		if res, ok := c.finished(j.k.Key, steps[i], lookup); ok {
+			a.report(ItemResult{Line: j.it.Line, Result: res})
+			continue
+		}
+		missed++
+		a.pass(j)
+	}
+	return missed
+}
+
+// finished is the result of the deposit of key with steps when the rows
+// lookup returns show it finished: its last step durable and done, which
+// means every step before it is (steps run in order), its primary step
+// done, and no recheck noted for it still open. It is the result
+// runStepsOnce gives when its look-ups find the same rows. ok is false
+// otherwise.
+func (c *Client) finished(key string, steps []step, lookup func(target, key string) *dedup.Record) (_ Result, ok bool) {
+	if len(steps) == 0 {
+		return Result{}, false
+	}
+	if s := steps[len(steps)-1]; !s.durable || !isDone(lookup(s.target, s.key)) {
+		return Result{}, false
+	}
+	_, seeds := c.target.(seeder)
+	var primary *dedup.Record
+	prior := make([]string, len(steps))
+	for i, s := range steps {
+		if seeds && s.recheck != "" && s.check != nil {
+			if rec := lookup(s.recheck, s.key); rec != nil && rec.State != dedup.StateDone {
+				return Result{}, false // prepare looks again
+			}
+		}
+		if !s.durable {
+			continue
+		}
+		rec := lookup(s.target, s.key)
+		if rec != nil {
+			prior[i] = rec.Identifier
+		}
+		if s.primary {
+			primary = rec
+		}
+	}
+	if !isDone(primary) {
+		return Result{}, false
+	}
+	r := &runDeposit{c: c, key: key, res: Result{Key: key}}
+	r.replay(*primary)
+	r.noteRecordID(steps, prior)
+	return r.res, true
+}
+
+func isDone(rec *dedup.Record) bool { return rec != nil && rec.State == dedup.StateDone }
