@@ -20,7 +20,7 @@ const (
 	adaptCut = 0.95
 	// adaptSlow is the growth per second near the last confirmed limit (up
 	// to adaptNear times it); adaptFast is the growth elsewhere.
-	adaptSlow = 0.02
+	adaptSlow = 0.05
 	adaptFast = 0.25
 	adaptNear = 1.1
 	// adaptMargin is the least excess over the background share of
@@ -52,7 +52,7 @@ const (
 // server's limit. The next window tests the cut: when the share fell, the
 // throttles came from load and the cut stays; when it did not fall, they did
 // not, and the rate before the cut comes back while the share of both
-// windows becomes the background. Quiet windows grow the rate: by 2% a
+// windows becomes the background. Quiet windows grow the rate: by 5% a
 // second near the last confirmed limit (to 10% above it), by 25% a second
 // elsewhere, until it reaches the ceiling or, without one, until it is twice
 // what the batch sends and limits nothing. A share above one half is never
@@ -82,7 +82,7 @@ func newAdaptiveLimiter(ceiling float64, clk clock) *AdaptiveLimiter {
 	if !(ceiling > 0) {
 		ceiling = math.Inf(1)
 	}
-	c := control{ceiling: ceiling, limit: ceiling, start: clk.Now()}
+	c := control{ceiling: ceiling, limit: ceiling}
 	return &AdaptiveLimiter{lim: rate.NewLimiter(limitOf(ceiling), 1), clk: clk, c: c}
 }
 
@@ -141,10 +141,16 @@ type control struct {
 	floor   float64 // the background share of throttles
 	knee    float64 // the accepted rate at the last confirmed cut; 0 before one
 
-	// The current window.
+	// The current window, from the first answer on.
 	start     time.Time
 	answers   int
 	throttles int
+	// lastThrottle is when the window's last throttle came, and
+	// acceptedThen how many answers were not throttles by then: the rate
+	// the server accepted is measured up to it, not over a window whose
+	// end the client may have spent idle, waiting out Retry-After.
+	lastThrottle time.Time
+	acceptedThen int
 
 	// A cut under test: the rate before it, the share and answers of the
 	// window that caused it, and the rate the server accepted then.
@@ -158,9 +164,13 @@ type control struct {
 // observe counts one answer and, when it closes a window, returns the new
 // rate and whether it changed.
 func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
+	if c.start.IsZero() {
+		c.start = now
+	}
 	c.answers++
 	if throttled {
 		c.throttles++
+		c.lastThrottle, c.acceptedThen = now, c.answers-c.throttles
 	}
 	d := now.Sub(c.start)
 	if d < adaptWindow || c.answers < adaptAnswers {
@@ -171,6 +181,9 @@ func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 	share := float64(c.throttles) / float64(n)
 	sent := float64(n) / secs
 	accepted := float64(n-c.throttles) / secs
+	if span := c.lastThrottle.Sub(c.start); c.throttles > 0 && span >= adaptWindow/5 {
+		accepted = float64(c.acceptedThen) / span.Seconds()
+	}
 	c.start, c.answers, c.throttles = now, 0, 0
 	old := c.limit
 
