@@ -47,14 +47,20 @@ func (l *Limiter) Wait(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
-	now := l.clk.Now()
-	r := l.lim.ReserveN(now, 1) // always OK: one token, burst 1
+	return wait(ctx, l.lim, l.clk)
+}
+
+// wait takes lim's next turn, sleeping until it comes; a wait that does not
+// complete gives its turn back.
+func wait(ctx context.Context, lim *rate.Limiter, clk clock) error {
+	now := clk.Now()
+	r := lim.ReserveN(now, 1) // always OK: one token, burst 1
 	d := r.DelayFrom(now)
 	if d == 0 {
 		return nil
 	}
-	if err := sleep(ctx, d, l.clk); err != nil {
-		r.CancelAt(l.clk.Now())
+	if err := sleep(ctx, d, clk); err != nil {
+		r.CancelAt(clk.Now())
 		return err
 	}
 	return nil

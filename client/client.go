@@ -41,8 +41,19 @@ type Config struct {
 	Budget *backoff.Budget
 	// Rate limits requests per second (fractions allowed). 0 is the
 	// target's default: unlimited, except DataCiteRate under DataCite and
-	// InvenioRate under Invenio. A negative Rate is unlimited.
+	// InvenioRate under Invenio. A negative Rate is unlimited. Rate is a
+	// hard ceiling: the adaptive rate (AdaptiveRate) only ever lowers it.
 	Rate float64
+	// AdaptiveRate lets the rate of all of this client's requests adapt
+	// beneath Rate (backoff.AdaptiveLimiter): 429 and 503 answers whose
+	// share rises with the rate (a server's load limit) slow every deposit
+	// down to about the rate the server accepts, and successes bring the
+	// rate back; a share of throttles that does not fall at a lower rate is
+	// taken as the server's background and slows nothing. A throttle's
+	// retry then spends no retry budget: the lowered rate is what keeps
+	// retries from becoming a storm. Off by default while it reaches only
+	// about 70% of a server's limit.
+	AdaptiveRate bool
 	// RetryFailed re-sends items recorded as failed instead of reporting the
 	// recorded failure again.
 	RetryFailed bool
@@ -190,6 +201,7 @@ type Client struct {
 	budget      *backoff.Budget
 	header      http.Header
 	http        *http.Client
+	pace        *backoff.AdaptiveLimiter // nil unless AdaptiveRate
 	log         *slog.Logger
 	hooks       Hooks
 	retryFailed bool
@@ -263,7 +275,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
 	}
 	c.leases = newLeaseKeeper(cfg.Store, cfg.Lease, c.log)
-	c.http = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate)
+	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, cfg.AdaptiveRate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
 		SecretFingerprint: drv.secretFingerprint()}

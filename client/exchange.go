@@ -39,7 +39,9 @@ type exchange struct {
 	// but a connection never made or a refusal that stops the run.
 	effect bool
 	sent   time.Time
-	// spentTimeout records what the last retry cost, for the refund.
+	// spent says that a retry of this exchange took from the retry
+	// budget; spentTimeout records what the last one cost, for the refund.
+	spent        bool
 	spentTimeout bool
 }
 
@@ -75,6 +77,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		}
 		if !madeNoChange(last, cls) {
 			x.effect = true
+		}
+		if last.err == nil {
+			x.c.pace.Observe(throttled(last, cls))
 		}
 		x.requestDone(last, req.method)
 		if cls == classCreated || cls == classExists {
@@ -174,11 +179,19 @@ func (x *exchange) requestDone(a answer, method string) {
 	}
 }
 
+// throttled reports whether an answer asks the client to slow down: a 429
+// or a 503 to be retried.
+func throttled(a answer, cls class) bool {
+	return a.err == nil && cls == classRetry &&
+		(a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable)
+}
+
 // settled credits the retry budget for an exchange that succeeded.
 func (x *exchange) settled() {
-	if x.retries > 0 {
+	switch {
+	case x.spent:
 		x.c.budget.Refund(x.spentTimeout)
-	} else {
+	case x.retries == 0:
 		x.c.budget.Success()
 	}
 }
@@ -188,7 +201,11 @@ func (x *exchange) settled() {
 // set, says the server is still working on this very request: the retry then
 // waits at least that long (unless Retry-After says otherwise) and is bounded
 // by the elapsed limit only, spending no attempt and no retry budget, so a
-// lock held for tens of seconds is waited out.
+// lock held for tens of seconds is waited out. Under an adaptive rate a
+// throttle's retry spends no retry budget either: the rate, which throttles
+// lower for the whole batch, is what keeps their retries from becoming a
+// storm, and a batch's first seconds against a server's limit would
+// otherwise drain the budget before the rate has adapted.
 func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duration) (time.Duration, error) {
 	stop := func(e error) (time.Duration, error) { x.stopped = e; return 0, e }
 	select {
@@ -216,12 +233,12 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 					backoff.ErrElapsedExhausted, wait, elapsed.Round(time.Millisecond), limit))
 			}
 		}
-	} else {
+	} else if x.c.pace == nil || !throttled(a, classRetry) {
 		timeout := a.err != nil && isTimeout(a.err)
 		if berr := x.c.budget.Spend(timeout); berr != nil {
 			return stop(berr)
 		}
-		x.spentTimeout = timeout
+		x.spent, x.spentTimeout = true, timeout
 	}
 	x.retries++
 	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.status, "in_flight", inFlight > 0)

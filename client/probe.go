@@ -94,7 +94,7 @@ func NewProbe(cfg Config) (*Probe, error) {
 	}
 	p := &Probe{Body: body, step: steps[len(steps)-1], header: cfg.Header.Clone()}
 	_, p.couch = drv.(couchdbDriver)
-	p.http = newHTTPClient(cfg.HTTPClient, drv, -1)
+	p.http, _ = newHTTPClient(cfg.HTTPClient, drv, -1, false)
 	req, err := p.step.build(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)

@@ -18,8 +18,10 @@ const defaultAttemptTimeout = 30 * time.Second
 // Transport wrapped, not modified) or a keep-alive one, wrapped by the
 // target's own transport (S3's signer) where it has one, with the rate
 // limit applied to every request, retries and read-backs included. rate 0
-// is the target's default; a negative rate is unlimited.
-func newHTTPClient(base *http.Client, d driver, rate float64) *http.Client {
+// is the target's default; a negative rate is unlimited. When adaptive is
+// set, an adaptive limiter beneath that rate paces the requests too; it is
+// returned so that answers can be reported to it (else nil).
+func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*http.Client, *backoff.AdaptiveLimiter) {
 	hc := copyOrDefault(base)
 	rt := hc.Transport
 	if rt == nil {
@@ -31,8 +33,12 @@ func newHTTPClient(base *http.Client, d driver, rate float64) *http.Client {
 	if r, ok := d.(rateSetter); ok && rate == 0 {
 		rate = r.defaultRate()
 	}
-	hc.Transport = &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0))}
-	return hc
+	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0))}
+	if adaptive {
+		t.pace = backoff.NewAdaptiveLimiter(max(rate, 0))
+	}
+	hc.Transport = t
+	return hc, t.pace
 }
 
 // copyOrDefault returns a copy of base, or a keep-alive client with a
@@ -58,6 +64,7 @@ func copyOrDefault(base *http.Client) *http.Client {
 type sharedTransport struct {
 	next    http.RoundTripper
 	limiter *backoff.Limiter
+	pace    *backoff.AdaptiveLimiter
 }
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -72,7 +79,7 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	if err := t.limiter.Wait(req.Context()); err != nil {
+	if err := t.wait(req.Context()); err != nil {
 		release()
 		if req.Body != nil {
 			req.Body.Close()
@@ -86,6 +93,14 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 	return resp, nil
+}
+
+// wait waits for the adaptive limiter, then for the rate limiter.
+func (t *sharedTransport) wait(ctx context.Context) error {
+	if err := t.pace.Wait(ctx); err != nil {
+		return err
+	}
+	return t.limiter.Wait(ctx)
 }
 
 // slotsKey is the context key of a batch's requestSlots.

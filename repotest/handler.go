@@ -13,6 +13,7 @@ import (
 	"github.com/depositkit/deposit/internal/protocol"
 	"io"
 	"maps"
+	"math"
 	"mime"
 	"net"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Protocol names the write protocol a server speaks.
@@ -100,6 +103,13 @@ type Config struct {
 	Authorization string
 	// MaxBodyBytes refuses larger request bodies with 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// RateLimit, when positive, is how many writes (PUT and POST) a second
+	// the server accepts, as a server under load does: a token bucket
+	// holding a tenth of a second's worth (at least one write) refills at
+	// that rate, and a write that finds it empty is answered 429 with
+	// Retry-After: 1 before anything else is looked at (Stats.Throttled).
+	// 0 accepts every write.
+	RateLimit float64
 
 	now          func() time.Time // clock; nil means time.Now
 	beforeCommit func(key string) // test seam: runs after a create's checks, before its latency and commit
@@ -132,6 +142,8 @@ type Stats struct {
 	Faults     int64 `json:"faults"`     // faults injected, all kinds
 	Duplicates int64 `json:"duplicates"` // created records whose key, Idempotency-Key or body matched an earlier record
 	Records    int64 `json:"records"`    // records held now
+	// Throttled counts writes answered 429 for exceeding Config.RateLimit.
+	Throttled int64 `json:"throttled"`
 	// Overlaps counts writes that arrived for a key while another write for
 	// the same key (PUT path, or Idempotency-Key) was still being handled:
 	// what a fleet of clients must never send.
@@ -144,10 +156,11 @@ type Stats struct {
 // Handler is the reference repository as an http.Handler, for `deposit serve` and
 // for tests that bring their own listener. It is safe for concurrent use.
 type Handler struct {
-	cfg  Config
-	inj  *injector
-	disk *diskStore
-	now  func() time.Time
+	cfg      Config
+	inj      *injector
+	throttle *rate.Limiter // nil: no Config.RateLimit
+	disk     *diskStore
+	now      func() time.Time
 
 	done chan struct{} // closed by Close: ends every wait
 
@@ -186,6 +199,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if cfg.LockTTL < 0 || cfg.LockHold < 0 || cfg.ResultTTL < 0 || cfg.Latency < 0 || cfg.MaxBodyBytes < 0 {
 		return nil, fmt.Errorf("%w: durations and sizes must not be negative", ErrConfig)
 	}
+	if !(cfg.RateLimit >= 0) || math.IsInf(cfg.RateLimit, 1) {
+		return nil, fmt.Errorf("%w: RateLimit %v: want a finite number of writes a second, or 0 for none", ErrConfig, cfg.RateLimit)
+	}
 	cfg.LockTTL = cmp.Or(cfg.LockTTL, DefaultLockTTL)
 	cfg.ResultTTL = cmp.Or(cfg.ResultTTL, DefaultResultTTL)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
@@ -200,6 +216,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if cfg.RateLimit > 0 {
+		h.throttle = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, int(cfg.RateLimit/10)))
 	}
 	h.inj = newInjector(faults, cfg.Seed, cfg.Latency, h.now, h.done, injectedProblem, &h.mu)
 	if cfg.DBPath != "" {
@@ -278,6 +297,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
+		if h.throttle != nil && !h.throttle.AllowN(h.now(), 1) {
+			h.mu.Lock()
+			h.stats.Throttled++
+			h.mu.Unlock()
+			problem(w, http.StatusTooManyRequests, "too many writes: slow down", http.Header{"Retry-After": {"1"}})
+			return
+		}
 		done := h.writeStarts(r)
 		defer done()
 		w = &answerWatch{ResponseWriter: w, answered: done}

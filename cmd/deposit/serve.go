@@ -56,8 +56,9 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		latency   time.Duration
 		lockHold  time.Duration
 		indexLag  time.Duration
+		rateLimit float64
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--rate-limit N]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
 	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite or invenio")
@@ -68,6 +69,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
 	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio: how long a write takes to show in search")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
+	c.fs.Float64Var(&rateLimit, "rate-limit", 0, "put, idempotency-key: accept `N` writes a second and answer 429 with Retry-After: 1 above that; 0 accepts every write")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code
@@ -78,7 +80,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if _, err := repotest.ParseFaults(faults); err != nil {
 		return c.usageError(s, "--faults: %v", err)
 	}
-	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold}, indexLag, s.getenv)
+	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, indexLag, s.getenv)
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
