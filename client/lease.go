@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +44,7 @@ type leaseKeeper struct {
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	held    map[dedup.Ref]context.CancelCauseFunc
+	held    map[dedup.Ref]*heldLease
 	running bool
 
 	lost atomic.Int64 // leases lost while their deposits ran
@@ -54,9 +56,12 @@ func newLeaseKeeper(store Store, ttl time.Duration, log *slog.Logger) *leaseKeep
 		lease: dedup.Lease{Owner: newOwner(), TTL: ttl},
 		every: ttl / 10,
 		log:   log,
-		held:  make(map[dedup.Ref]context.CancelCauseFunc),
+		held:  make(map[dedup.Ref]*heldLease),
 	}
 }
+
+// heldLease is one deposit's hold on its key's lease.
+type heldLease struct{ cancel context.CancelCauseFunc }
 
 // newOwner names this process in the leases it takes: random, so that two
 // processes (or two clients in one) never share a name.
@@ -68,8 +73,9 @@ func newOwner() string {
 // context that ends, with cause ErrLeaseLost, if the lease is lost first.
 func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	h := &heldLease{cancel: cancel}
 	k.mu.Lock()
-	k.held[ref] = cancel
+	k.held[ref] = h
 	if !k.running {
 		k.running = true
 		go k.renew()
@@ -77,7 +83,9 @@ func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context,
 	k.mu.Unlock()
 	return ctx, func() {
 		k.mu.Lock()
-		delete(k.held, ref)
+		if k.held[ref] == h {
+			delete(k.held, ref)
+		}
 		k.mu.Unlock()
 		cancel(nil)
 	}
@@ -98,10 +106,11 @@ func (k *leaseKeeper) renew() {
 			k.mu.Unlock()
 			return
 		}
-		refs := make([]dedup.Ref, 0, len(k.held))
-		for r := range k.held {
-			refs = append(refs, r)
-		}
+		// The holds renewed: a key released and claimed again meanwhile
+		// (a later line of the same key) is a new hold, which a renewal
+		// that saw the release must not end.
+		renewed := maps.Clone(k.held)
+		refs := slices.Collect(maps.Keys(renewed))
 		k.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), k.lease.TTL/2)
@@ -119,9 +128,9 @@ func (k *leaseKeeper) renew() {
 		}
 		k.mu.Lock()
 		for _, r := range lost {
-			if cancel, ok := k.held[r]; ok {
+			if h := k.held[r]; h != nil && h == renewed[r] {
 				delete(k.held, r)
-				cancel(ErrLeaseLost)
+				h.cancel(ErrLeaseLost)
 				k.lost.Add(1)
 			}
 		}
