@@ -275,6 +275,11 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 			}
 			require.ErrorIs(t, err, ErrSettingsMismatch, tt.name)
 			require.Contains(t, err.Error(), `form "jcs", ignore ["/a" "/b"], key secret fingerprint f1`)
+			var mm *SettingsMismatchError
+			require.ErrorAs(t, err, &mm, tt.name)
+			require.Equal(t, SettingsMismatchError{Target: tgt, Recorded: Settings{Form: "jcs", Ignore: []string{"/a", "/b"}, SecretFingerprint: "f1"},
+				Given: Settings{Form: tt.later.Form, Ignore: slices.Compact(slices.Sorted(slices.Values(tt.later.Ignore))),
+					SecretFingerprint: tt.later.SecretFingerprint}}, *mm, tt.name)
 			require.NoError(t, s.CheckSettings(ctx, tgt+" other", tt.later), "settings are per target")
 		}
 	})

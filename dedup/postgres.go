@@ -549,7 +549,8 @@ func (d *pgdb) upsert(ctx context.Context, q, target, key string, args ...any) (
 
 // CheckSettings records s for target on first use; later calls with other
 // settings (Ignore compared as a set) return an error wrapping
-// ErrSettingsMismatch that names both.
+// ErrSettingsMismatch that names both: a *SettingsMismatchError, as
+// SQLite's.
 func (p *Postgres) CheckSettings(ctx context.Context, target string, set Settings) error {
 	if target == "" {
 		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
@@ -584,7 +585,7 @@ func (p *Postgres) CheckSettings(ctx context.Context, target string, set Setting
 	}
 	if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint {
 		given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint}
-		return fmt.Errorf("%w: target %s was first used with %s, now %s", ErrSettingsMismatch, target, describe(rec), describe(given))
+		return &SettingsMismatchError{Target: target, Recorded: rec, Given: given}
 	}
 	return nil
 }
