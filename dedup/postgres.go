@@ -683,20 +683,9 @@ func (p *Postgres) Complete(ctx context.Context, target, key string, c Confirmat
 // written in sorted order, so two calls that share keys wait for each
 // other rather than deadlock.
 func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]Record, error) {
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range items {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
-		if err := checkKey(target, k); err != nil {
-			return nil, err
-		}
-		if err := checkConfirmation(k, items[k]); err != nil {
-			return nil, err
-		}
+	keys, err := checkConfirmations(target, items)
+	if err != nil {
+		return nil, err
 	}
 	if p.isClosed.Load() {
 		return nil, ErrClosed
@@ -710,7 +699,7 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 		c := items[k]
 		outcomes[i], ids[i], statuses[i] = string(c.Outcome), c.Identifier, int32(c.Status)
 	}
-	err := func() error {
+	err = func() error {
 		rows, err := p.pool.Query(ctx, p.q.completeMany, target, keys, outcomes, ids, statuses)
 		if err != nil {
 			return err
@@ -747,16 +736,7 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 			conflicts = append(conflicts, k)
 		}
 	}
-	switch len(conflicts) {
-	case 0:
-		return out, nil
-	case 1:
-		k := conflicts[0]
-		return out, conflictError(k, out[k], items[k])
-	default:
-		k := conflicts[0]
-		return out, fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, out[k].Identifier, items[k].Identifier)
-	}
+	return out, conflictsError(conflicts, out, items)
 }
 
 // Fail records a terminal answer for key; see Store.

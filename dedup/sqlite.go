@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -691,27 +692,16 @@ func (s *SQLite) Complete(ctx context.Context, target, key string, c Confirmatio
 
 // CompleteMany completes many keys in one transaction; see Store.
 func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]Record, error) {
-	keys := slices.Sorted(func(yield func(string) bool) {
-		for k := range items {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, k := range keys {
-		if err := checkKey(target, k); err != nil {
-			return nil, err
-		}
-		if err := checkConfirmation(k, items[k]); err != nil {
-			return nil, err
-		}
+	keys, err := checkConfirmations(target, items)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[string]Record, len(items))
 	if len(items) == 0 {
 		return out, nil
 	}
 	var conflicts []string
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *sql.Tx) error {
 		conflicts = conflicts[:0]
 		stConfirm, stComplete, stGet := tx.Stmt(s.stConfirm), tx.Stmt(s.stComplete), tx.Stmt(s.stGet)
 		for _, k := range keys {
@@ -729,15 +719,36 @@ func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[stri
 	if err != nil {
 		return nil, fmt.Errorf("dedup: complete %d keys: %w", len(keys), err)
 	}
+	return out, conflictsError(conflicts, out, items)
+}
+
+// checkConfirmations checks the keys and confirmations of a CompleteMany
+// and returns its keys in sorted order, the order they are written in.
+func checkConfirmations(target string, items map[string]Confirmation) ([]string, error) {
+	keys := slices.Sorted(maps.Keys(items))
+	for _, k := range keys {
+		if err := checkKey(target, k); err != nil {
+			return nil, err
+		}
+		if err := checkConfirmation(k, items[k]); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
+}
+
+// conflictsError describes the confirmations of a CompleteMany that lost to
+// earlier ones (nil when none did); out holds the records as stored.
+func conflictsError(conflicts []string, out map[string]Record, items map[string]Confirmation) error {
 	switch len(conflicts) {
 	case 0:
-		return out, nil
+		return nil
 	case 1:
 		k := conflicts[0]
-		return out, conflictError(k, out[k], items[k])
+		return conflictError(k, out[k], items[k])
 	default:
 		k := conflicts[0]
-		return out, fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, out[k].Identifier, items[k].Identifier)
+		return fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, out[k].Identifier, items[k].Identifier)
 	}
 }
 
