@@ -96,6 +96,21 @@ type Lease struct {
 // Ref names one row of a store.
 type Ref struct{ Target, Key string }
 
+// An Intent is one key's claim in a ClaimMany: the row and the body of its
+// first request.
+type Intent struct {
+	Ref
+	Body []byte
+}
+
+// Claimed is what ClaimMany made of one intent: the record as it stands
+// after the claim, and whether another owner's live lease refused it, in
+// which case nothing changed (what Claim reports with ErrLeased).
+type Claimed struct {
+	Record Record
+	Leased bool
+}
+
 // Settings are the key settings a target was first used with. A run whose
 // settings differ would give every payload a new key, so CheckSettings
 // refuses it.

@@ -31,42 +31,91 @@ func leasedError(key string, rec Record) error {
 // expired by the store's clock, nothing changes and the record is returned
 // with an error wrapping ErrLeased.
 func (s *SQLite) Claim(ctx context.Context, target, key string, body []byte, lease Lease) (Record, error) {
-	if err := checkKey(target, key); err != nil {
+	intents := []Intent{{Ref: Ref{Target: target, Key: key}, Body: body}}
+	if err := checkIntents(lease, intents); err != nil {
 		return Record{}, err
 	}
-	if err := checkLease(lease); err != nil {
-		return Record{}, err
-	}
-	var rec Record
-	var leased bool
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		leased = false
-		now := s.stamp()
-		expires := now + lease.TTL.Microseconds()
-		res, err := tx.Stmt(s.stClaimNew).Exec(target, key, blob(body), now, lease.Owner, expires)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err == nil && n == 1 {
-			at := time.UnixMicro(now).UTC()
-			rec = Record{Target: target, Key: key, State: StatePending, Body: body, Attempts: 1, CreatedAt: at, UpdatedAt: at,
-				LeaseOwner: lease.Owner, LeaseExpires: time.UnixMicro(expires).UTC()}
-			return nil
-		}
-		rec, err = scanRecord(tx.Stmt(s.stClaim).QueryRow(target, key, blob(body), now, lease.Owner, expires))
-		if errors.Is(err, sql.ErrNoRows) { // another owner's live lease
-			leased = true
-			rec, err = scanRecord(tx.Stmt(s.stGet).QueryRow(target, key))
-		}
-		return err
-	})
+	got, err := s.claimMany(ctx, lease, intents)
 	if err != nil {
 		return Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
-	if leased {
-		return rec, leasedError(key, rec)
+	if got[0].Leased {
+		return got[0].Record, leasedError(key, got[0].Record)
 	}
-	return rec, nil
+	return got[0].Record, nil
+}
+
+// ClaimMany is Claim for many keys in one transaction: the intents of a
+// group of deposits cost one commit. It returns what became of each intent,
+// in their order; a key leased by another owner is reported Leased, not as
+// an error. A key named twice is refused.
+func (s *SQLite) ClaimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error) {
+	if err := checkIntents(lease, intents); err != nil {
+		return nil, err
+	}
+	out, err := s.claimMany(ctx, lease, intents)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: claim %d keys: %w", len(intents), err)
+	}
+	return out, nil
+}
+
+func (s *SQLite) claimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error) {
+	out := make([]Claimed, len(intents))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		now := s.stamp()
+		expires := now + lease.TTL.Microseconds()
+		insert, claim, get := tx.Stmt(s.stClaimNew), tx.Stmt(s.stClaim), tx.Stmt(s.stGet)
+		for i, in := range intents {
+			c, err := claimOne(insert, claim, get, in, lease.Owner, now, expires)
+			if err != nil {
+				return err
+			}
+			out[i] = c
+		}
+		return nil
+	})
+	return out, err
+}
+
+// claimOne runs one claim inside a transaction; insert, claim and get are
+// the store's statements bound to it.
+func claimOne(insert, claim, get *sql.Stmt, in Intent, owner string, now, expires int64) (Claimed, error) {
+	// The common case, a key never seen, is a plain insert whose row is
+	// known without reading it back.
+	res, err := insert.Exec(in.Target, in.Key, blob(in.Body), now, owner, expires)
+	if err != nil {
+		return Claimed{}, err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		at := time.UnixMicro(now).UTC()
+		return Claimed{Record: Record{Target: in.Target, Key: in.Key, State: StatePending, Body: in.Body, Attempts: 1,
+			CreatedAt: at, UpdatedAt: at, LeaseOwner: owner, LeaseExpires: time.UnixMicro(expires).UTC()}}, nil
+	}
+	rec, err := scanRecord(claim.QueryRow(in.Target, in.Key, blob(in.Body), now, owner, expires))
+	if errors.Is(err, sql.ErrNoRows) { // another owner's live lease
+		rec, err = scanRecord(get.QueryRow(in.Target, in.Key))
+		return Claimed{Record: rec, Leased: true}, err
+	}
+	return Claimed{Record: rec}, err
+}
+
+// checkIntents refuses a ClaimMany that could not be carried out as asked.
+func checkIntents(lease Lease, intents []Intent) error {
+	if err := checkLease(lease); err != nil {
+		return err
+	}
+	seen := make(map[Ref]bool, len(intents))
+	for _, in := range intents {
+		if err := checkKey(in.Target, in.Key); err != nil {
+			return err
+		}
+		if seen[in.Ref] {
+			return fmt.Errorf("%w: key %s claimed twice", ErrInvalidArgument, in.Key)
+		}
+		seen[in.Ref] = true
+	}
+	return nil
 }
 
 // Renew extends lease.Owner's leases on refs to lease.TTL from now, in one

@@ -222,3 +222,109 @@ func TestVersionOneStoreGainsLeases(t *testing.T) {
 	require.NoError(t, s.rdb.QueryRow("PRAGMA user_version").Scan(&version))
 	require.Equal(t, SchemaVersion(), version)
 }
+
+// manyClaimer is a store with ClaimMany.
+type manyClaimer interface {
+	leaseStore
+	ClaimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error)
+}
+
+// claimViaMany is a store whose Claim is a ClaimMany of one intent, so that
+// the lease rules are checked on ClaimMany too.
+type claimViaMany struct{ manyClaimer }
+
+func (s claimViaMany) Claim(ctx context.Context, target, key string, body []byte, lease Lease) (Record, error) {
+	got, err := s.ClaimMany(ctx, lease, []Intent{{Ref: Ref{Target: target, Key: key}, Body: body}})
+	if err != nil {
+		return Record{}, err
+	}
+	if got[0].Leased {
+		return got[0].Record, leasedError(key, got[0].Record)
+	}
+	return got[0].Record, nil
+}
+
+func TestSQLiteClaimMany(t *testing.T) {
+	runClaimManyTests(t, func(t *testing.T) manyClaimer { return openTemp(t) })
+}
+
+// runClaimManyTests checks that ClaimMany keeps every lease rule, and
+// what it does with a group whose keys stand in different states.
+func runClaimManyTests(t *testing.T, open func(t *testing.T) manyClaimer) {
+	t.Run("the lease rules, one intent at a time", func(t *testing.T) {
+		runLeaseTests(t, func(t *testing.T) leaseStore { return claimViaMany{open(t)} })
+	})
+	ctx := context.Background()
+	a := Lease{Owner: "owner-a", TTL: time.Minute}
+	b := Lease{Owner: "owner-b", TTL: time.Minute}
+
+	t.Run("a group of new, pending, done and leased keys", func(t *testing.T) {
+		s := open(t)
+		_, err := s.Claim(ctx, target, "pending", []byte("p1"), Lease{Owner: "gone", TTL: expired})
+		require.NoError(t, err)
+		_, err = s.Complete(ctx, target, "done", Confirmation{Outcome: OutcomeCreated, Identifier: "id-done", Status: 201})
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, target, "leased", []byte("l1"), b)
+		require.NoError(t, err)
+		time.Sleep(2 * time.Millisecond) // the "gone" lease has ended
+
+		intents := []Intent{
+			{Ref: Ref{Target: target, Key: "new"}, Body: []byte("n1")},
+			{Ref: Ref{Target: target, Key: "leased"}, Body: []byte("l2")},
+			{Ref: Ref{Target: target, Key: "done"}},
+			{Ref: Ref{Target: target, Key: "pending"}, Body: []byte("p2")},
+			{Ref: Ref{Target: "other", Key: "new"}, Body: nil},
+		}
+		got, err := s.ClaimMany(ctx, a, intents)
+		require.NoError(t, err)
+		require.Len(t, got, len(intents))
+		for i, c := range got {
+			require.Equal(t, intents[i].Ref, Ref{Target: c.Record.Target, Key: c.Record.Key}, "results come in the intents' order")
+		}
+
+		require.False(t, got[0].Leased)
+		require.Equal(t, StatePending, got[0].Record.State)
+		require.Equal(t, 1, got[0].Record.Attempts)
+		require.Equal(t, []byte("n1"), got[0].Record.Body)
+		require.Equal(t, "owner-a", got[0].Record.LeaseOwner)
+
+		require.True(t, got[1].Leased, "another owner's live lease refuses the claim")
+		require.Equal(t, "owner-b", got[1].Record.LeaseOwner)
+		require.Equal(t, 1, got[1].Record.Attempts, "a refused claim counts no attempt")
+		require.Equal(t, []byte("l1"), got[1].Record.Body)
+
+		require.False(t, got[2].Leased)
+		require.Equal(t, StateDone, got[2].Record.State)
+		require.Equal(t, "id-done", got[2].Record.Identifier)
+		require.Equal(t, "owner-a", got[2].Record.LeaseOwner, "a done row is leased all the same")
+
+		require.False(t, got[3].Leased, "an expired lease is taken over")
+		require.Equal(t, 2, got[3].Record.Attempts)
+		require.Equal(t, []byte("p1"), got[3].Record.Body, "the first body stays")
+
+		require.False(t, got[4].Leased)
+		require.Nil(t, got[4].Record.Body)
+
+		for i, in := range intents {
+			rec, err := s.Lookup(ctx, in.Target, in.Key)
+			require.NoError(t, err)
+			require.Equal(t, got[i].Record.State, rec.State, in.Key)
+			require.Equal(t, got[i].Record.Attempts, rec.Attempts, in.Key)
+			require.Equal(t, got[i].Record.LeaseOwner, rec.LeaseOwner, in.Key)
+		}
+	})
+
+	t.Run("a key named twice is refused and nothing is written", func(t *testing.T) {
+		s := open(t)
+		_, err := s.ClaimMany(ctx, a, []Intent{{Ref: Ref{Target: target, Key: "k"}}, {Ref: Ref{Target: target, Key: "k"}}})
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = s.Lookup(ctx, target, "k")
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+
+	t.Run("no intents, nothing to do", func(t *testing.T) {
+		got, err := open(t).ClaimMany(ctx, a, nil)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+}

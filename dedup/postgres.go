@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -407,7 +408,7 @@ const pgLookupCols = "target, key, state, outcome, identifier, status, problem, 
 type pgQueries struct {
 	marker, version, migrated                                     string
 	get, getMany, lookupMany, begin, complete, completeMany, fail string
-	reset, claim, renew, release, dropUnsent                      string
+	reset, claim, claimMany, renew, release, dropUnsent           string
 	settingsInsert, settingsGet, count, countAll, byTarget        string
 	listAll, listAllDone, listTarget, listTargetDone              string
 	listAllUnsettled, listTargetUnsettled                         string
@@ -471,6 +472,19 @@ func newPGQueries(quoted string) pgQueries {
 		// microseconds.
 		claim: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
 			VALUES ($1, $2, 'pending', $3, 1, now(), now(), $4, now() + $5::bigint * interval '1 microsecond')
+			ON CONFLICT (target, key) DO UPDATE SET
+				attempts = r.attempts + CASE WHEN r.state = 'pending' THEN 1 ELSE 0 END,
+				body = CASE WHEN r.state = 'pending' THEN coalesce(r.body, excluded.body) ELSE r.body END,
+				updated_at = CASE WHEN r.state = 'pending' THEN excluded.updated_at ELSE r.updated_at END,
+				lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
+			WHERE r.lease_expires IS NULL OR r.lease_owner = excluded.lease_owner OR r.lease_expires <= now()
+			RETURNING ` + pgRecordCols),
+		// claimMany is claim for the rows ($1, $2) with the bodies $5, in
+		// the order given; $3 is the owner, $4 the TTL in microseconds.
+		claimMany: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
+			SELECT u.target, u.key, 'pending', u.body, 1, now(), now(), $3, now() + $4::bigint * interval '1 microsecond'
+			FROM unnest($1::text[], $2::text[], $5::bytea[]) WITH ORDINALITY AS u(target, key, body, n)
+			ORDER BY u.n
 			ON CONFLICT (target, key) DO UPDATE SET
 				attempts = r.attempts + CASE WHEN r.state = 'pending' THEN 1 ELSE 0 END,
 				body = CASE WHEN r.state = 'pending' THEN coalesce(r.body, excluded.body) ELSE r.body END,
@@ -800,6 +814,74 @@ func (p *Postgres) Claim(ctx context.Context, target, key string, body []byte, l
 		return rec, leasedError(key, rec)
 	}
 	return rec, nil
+}
+
+// ClaimMany is Claim for many keys in one statement and transaction; see
+// SQLite.ClaimMany. Rows are claimed in key order, so that two processes
+// claiming overlapping groups lock them in the same order.
+func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error) {
+	if err := checkIntents(lease, intents); err != nil {
+		return nil, err
+	}
+	if p.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	order := make([]int, len(intents))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(intents[a].Target, intents[b].Target), cmp.Compare(intents[a].Key, intents[b].Key))
+	})
+	targets, keys, bodies := make([]string, len(intents)), make([]string, len(intents)), make([][]byte, len(intents))
+	for i, j := range order {
+		targets[i], keys[i], bodies[i] = intents[j].Target, intents[j].Key, intents[j].Body
+	}
+	got := make(map[Ref]Record, len(intents))
+	refused := map[Ref]bool{}
+	err := retryDeadlock(ctx, func() error {
+		clear(got)
+		clear(refused)
+		// In a transaction: a refused row stays locked by the statement, so
+		// the row then read is the one that refused the claim.
+		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, p.q.claimMany, targets, keys, lease.Owner, lease.TTL.Microseconds(), bodies)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				r, err := scanPGRecord(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				got[Ref{Target: r.Target, Key: r.Key}] = r
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			for _, in := range intents {
+				if _, ok := got[in.Ref]; ok {
+					continue
+				}
+				r, err := scanPGRecord(tx.QueryRow(ctx, p.q.get, in.Target, in.Key))
+				if err != nil {
+					return err
+				}
+				got[in.Ref], refused[in.Ref] = r, true
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, p.fail(fmt.Sprintf("claim %d keys", len(intents)), err)
+	}
+	out := make([]Claimed, len(intents))
+	for i, in := range intents {
+		out[i] = Claimed{Record: got[in.Ref], Leased: refused[in.Ref]}
+	}
+	return out, nil
 }
 
 // Renew extends lease.Owner's leases on refs to lease.TTL from now, by the

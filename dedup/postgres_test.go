@@ -72,6 +72,10 @@ func TestPostgresLeases(t *testing.T) {
 	runLeaseTests(t, func(t *testing.T) leaseStore { return openPG(t) })
 }
 
+func TestPostgresClaimMany(t *testing.T) {
+	runClaimManyTests(t, func(t *testing.T) manyClaimer { return openPG(t) })
+}
+
 // TestPostgresLeaseIsTheServersClock: a lease ends TTL after the server's
 // now() that stamped the row, to the microsecond, whatever the client's
 // clock says.
