@@ -492,9 +492,18 @@ func newPGQueries(quoted string) pgQueries {
 				lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
 			WHERE r.lease_expires IS NULL OR r.lease_owner = excluded.lease_owner OR r.lease_expires <= now()
 			RETURNING ` + pgRecordCols),
-		renew: x(`UPDATE {s}.records AS r SET lease_expires = now() + $4::bigint * interval '1 microsecond'
-			FROM unnest($1::text[], $2::text[]) AS u(target, key)
-			WHERE r.target = u.target AND r.key = u.key AND r.lease_owner = $3 AND r.lease_expires IS NOT NULL
+		// renew locks the rows in key order, the order every statement
+		// that writes many rows takes them in, so that two processes'
+		// writes never wait for each other in a cycle.
+		renew: x(`WITH held AS (
+				SELECT r.target, r.key FROM {s}.records AS r
+				JOIN unnest($1::text[], $2::text[]) AS u(target, key) ON r.target = u.target AND r.key = u.key
+				WHERE r.lease_owner = $3 AND r.lease_expires IS NOT NULL
+				ORDER BY r.target, r.key
+				FOR UPDATE OF r)
+			UPDATE {s}.records AS r SET lease_expires = now() + $4::bigint * interval '1 microsecond'
+			FROM held
+			WHERE r.target = held.target AND r.key = held.key
 			RETURNING r.target, r.key`),
 		// release ends the lease but keeps its owner, the key's last
 		// claimer.
@@ -713,7 +722,8 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 		c := items[k]
 		outcomes[i], ids[i], statuses[i] = string(c.Outcome), c.Identifier, int32(c.Status)
 	}
-	err = func() error {
+	err = retryDeadlock(ctx, func() error {
+		clear(out)
 		rows, err := p.pool.Query(ctx, p.q.completeMany, target, keys, outcomes, ids, statuses)
 		if err != nil {
 			return err
@@ -740,7 +750,7 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 			return nil
 		}
 		return p.readRecords(ctx, p.q.getMany, out, target, done)
-	}()
+	})
 	if err != nil {
 		return nil, p.fail(fmt.Sprintf("complete %d keys", len(keys)), err)
 	}
