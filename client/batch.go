@@ -75,6 +75,12 @@ type BatchOptions struct {
 	Shard Shard
 }
 
+// pipelineWorkers is how many workers per slot a batch adds once its
+// endpoint takes deposits: a worker records its item's intent (a store
+// commit) before it can send, so with only one worker per slot the slots
+// would idle while intents are written.
+const pipelineWorkers = 3
+
 // Shard names one of Count parts of the key space.
 type Shard struct{ Index, Count int }
 
@@ -222,41 +228,72 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 		wg      sync.WaitGroup
 		itemCtx context.Context // set before the first worker starts
 	)
+	var (
+		spare     atomic.Int64 // workers the batch may still add for items waiting to retry
+		pipelined atomic.Bool  // the workers that overlap store writes with requests started
+		addWorker func()
+	)
+	// With one slot and no waiting, items run strictly one after another,
+	// in input order, each recorded before the next starts.
+	strict := slots == 1 && waiting == 0
+	// Otherwise outcomes are recorded in groups, off the workers' path,
+	// where the store can (outcomes.go).
+	var outs *outcomes
+	if !strict {
+		outs = newOutcomes(c.store)
+	}
+	settle := func(r ItemResult) {
+		switch {
+		case errors.Is(r.Err, ErrStopRun):
+			st.stop(r.Err)
+		case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
+			// No answer at all from the endpoint, even after every
+			// retry: going on would only repeat that for each item.
+			st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
+		}
+		report(r)
+	}
 	worker := func() {
 		defer wg.Done()
 		for j := range jobs {
-			r := c.runItem(itemCtx, j, opts.Shard, st.drain)
-			switch {
-			case errors.Is(r.Err, ErrStopRun):
-				st.stop(r.Err)
-			case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
-				// No answer at all from the endpoint, even after every
-				// retry: going on would only repeat that for each item.
-				st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
+			r, end := c.runItem(itemCtx, j, opts.Shard, st.drain, outs)
+			if !strict && (end != nil || r.Err == nil && r.Requests > 0) && !pipelined.Swap(true) {
+				// The endpoint takes deposits: from now on more workers
+				// than slots record intents while others' requests are in
+				// flight.
+				for range pipelineWorkers * slots {
+					addWorker()
+				}
 			}
-			report(r)
+			if end == nil {
+				settle(r)
+				continue
+			}
+			line := r.Line
+			end.after(func(e *ending) { settle(itemResult(line, e.res, e.err)) })
+			outs.hand(end)
 		}
 	}
 	// The batch starts with one worker per slot, and adds one each time an
 	// item starts to wait for a retry, up to waiting more: a batch that never
 	// waits reads no further ahead than its slots (a run stopped by its first
 	// answer has little in flight), one that waits keeps its slots busy.
-	var spare atomic.Int64
+	addWorker = func() {
+		wg.Add(1)
+		go worker()
+	}
 	spare.Store(int64(waiting))
 	itemCtx = context.WithValue(slotted, waitKey{}, func() {
 		if spare.Add(-1) >= 0 {
-			wg.Add(1)
-			go worker()
+			addWorker()
 		}
 	})
 	for range slots {
 		wg.Add(1)
 		go worker()
 	}
-	// The look-ahead (prefetch.go) computes keys on every core; with one
-	// slot and no waiting, items run strictly in input order, so it only
-	// computes keys, in one goroutine.
-	strict := slots == 1 && waiting == 0
+	// The look-ahead (prefetch.go) computes keys on every core; a strict
+	// batch's only computes keys, in one goroutine.
 	ahead := runtime.GOMAXPROCS(0)
 	if strict {
 		ahead = 1
@@ -285,6 +322,9 @@ feed:
 	awg.Wait()
 	close(jobs)
 	wg.Wait()
+	if outs != nil {
+		outs.wait()
+	}
 	rest := slices.Concat(slices.Collect(maps.Values(held))...)
 	slices.SortFunc(rest, func(a, b ItemResult) int { return cmp.Compare(a.Line, b.Line) })
 	for _, h := range rest {
@@ -356,8 +396,9 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 }
 
 // runItem deposits the item of j, computing its key unless j has it, and
-// classifies the result.
-func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan struct{}) ItemResult {
+// classifies the result. An item whose last outcome is left to outs is
+// returned with its ending, which gives its result once recorded.
+func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan struct{}, outs *outcomes) (ItemResult, *ending) {
 	it := j.it
 	var k canonical.Keyed
 	if j.k != nil {
@@ -365,23 +406,28 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 	} else {
 		var r *ItemResult
 		if k, r = c.keyItem(it, shard); r != nil {
-			return *r
+			return *r, nil
 		}
 	}
 	select {
 	case <-drain:
-		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeUnresolved}, Err: ErrInterrupted}
+		return ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeUnresolved}, Err: ErrInterrupted}, nil
 	default:
 	}
 	var dir string
 	if it.Dataset != nil {
 		dir = it.Dataset.Dir
 	}
-	res, err := c.deposit(ctx, k, dir, drain)
+	res, end, err := c.deposit(ctx, k, dir, drain, outs)
+	return itemResult(it.Line, res, err), end
+}
+
+// itemResult is the result of the item of line: res, classified by err.
+func itemResult(line int64, res Result, err error) ItemResult {
 	if err != nil {
 		res.Outcome = OutcomeOf(err)
 	}
-	return ItemResult{Line: it.Line, Result: res, Err: err}
+	return ItemResult{Line: line, Result: res, Err: err}
 }
 
 // waitKey is the context key of a batch's hook for an item that starts to

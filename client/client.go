@@ -209,6 +209,7 @@ type Client struct {
 	flights  flights
 	lookups  lookups
 	leases   *leaseKeeper
+	claims   *claims     // nil unless the store claims groups of keys
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
 	seeds    seeding     // the scan of a server for a store that holds nothing
@@ -275,6 +276,9 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
 	}
 	c.leases = newLeaseKeeper(cfg.Store, cfg.Lease, c.log)
+	if m, ok := cfg.Store.(manyClaimer); ok {
+		c.claims = &claims{store: m, lease: c.leases.lease}
+	}
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, cfg.AdaptiveRate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
@@ -317,7 +321,8 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return c.deposit(ctx, k, "", nil)
+	res, _, err := c.deposit(ctx, k, "", nil, nil)
+	return res, err
 }
 
 // DepositDataset deposits a dataset: metadata (JSON bytes) plus files named
@@ -331,7 +336,8 @@ func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return c.deposit(ctx, k, dir, nil)
+	res, _, err := c.deposit(ctx, k, dir, nil, nil)
+	return res, err
 }
 
 // flights makes sure one key is never in flight twice within a process.

@@ -23,24 +23,34 @@ import (
 // concurrent deposits of the same key. drain, when closed, stops retries
 // (the batch is shutting down) without abandoning a request in flight. dir
 // is the base folder of a dataset's files, "" for a record.
-func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+//
+// With outs (a batch's outcome writer), a deposit whose last outcome is
+// left to outs returns its ending: the caller adds what must follow the
+// commit and hands it to outs, and the ending's result is the deposit's.
+// Without outs, every outcome is recorded before deposit returns.
+func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (Result, *ending, error) {
 	f, leader := c.flights.join(k.Key)
 	if !leader {
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return Result{Key: k.Key}, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
+			return Result{Key: k.Key}, nil, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 		}
 		res := f.res
 		res.Requests, res.Retries, res.Recovered = 0, 0, false
 		if f.err == nil {
 			res.Outcome = OutcomeReplayed
 		}
-		return res, f.err
+		return res, nil, f.err
 	}
-	res, err := c.runSteps(ctx, k, dir, drain)
+	res, end, err := c.runSteps(ctx, k, dir, drain, outs)
+	if end != nil {
+		// Followers learn the outcome once it is durable.
+		end.after(func(e *ending) { c.flights.finish(k.Key, f, e.res, e.err) })
+		return res, end, err
+	}
 	c.flights.finish(k.Key, f, res, err)
-	return res, err
+	return res, nil, err
 }
 
 // runDeposit is the state of one deposit while its steps run.
@@ -49,6 +59,11 @@ type runDeposit struct {
 	key   string
 	drain <-chan struct{}
 	res   Result
+	// outs, when set, records the last step's outcome (last) after the
+	// deposit returns; end is that outcome once handed over.
+	outs *outcomes
+	last *step
+	end  *ending
 	// primary is the deposit's own row; primaryDone once it is done.
 	primary     *step
 	primaryDone bool
@@ -61,18 +76,18 @@ type runDeposit struct {
 // runSteps runs a deposit's steps, parking it while another process holds
 // the key's lease: it waits (holding no request slot) and looks again, until
 // that process settles the key or its lease expires.
-func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
+func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (Result, *ending, error) {
 	for n := 0; ; n++ {
-		res, err := c.runStepsOnce(ctx, k, dir, drain)
+		res, end, err := c.runStepsOnce(ctx, k, dir, drain, outs)
 		var leased errLeasedElsewhere
 		if !errors.As(err, &leased) {
-			return res, err
+			return res, end, err
 		}
 		if n == 0 {
 			c.log.Debug("parked", "key", k.Key, "leased_until", leased.rec.LeaseExpires)
 		}
 		if perr := c.park(ctx, drain, n, leased.rec.LeaseExpires); perr != nil {
-			return res, fmt.Errorf("%w (%w)", perr, err)
+			return res, nil, fmt.Errorf("%w (%w)", perr, err)
 		}
 	}
 }
@@ -83,14 +98,17 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 // answered from the store without a request. The rest run under the key's
 // lease, claimed with the deposit's intent; a lease another process holds
 // is returned as errLeasedElsewhere, before anything is sent.
-func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (_ Result, err error) {
-	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}}
+func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (_ Result, _ *ending, err error) {
+	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs}
 	steps, err := c.target.steps(k, dir)
 	if err != nil {
-		return r.res, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return r.res, r.end, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(steps) > 0 {
+		r.last = &steps[len(steps)-1]
 	}
 	if err := r.prepare(ctx, k, steps); err != nil {
-		return r.res, err
+		return r.res, r.end, err
 	}
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
@@ -106,7 +124,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		switch {
 		case isNotFound(err):
 		case err != nil:
-			return r.res, c.storeError(err)
+			return r.res, r.end, c.storeError(err)
 		default:
 			recs[i] = &rec
 			if rec.State == dedup.StateDone {
@@ -115,7 +133,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		}
 	}
 	if pi < 0 {
-		return r.res, fmt.Errorf("%w: client: the target gave no primary step", ErrStopRun)
+		return r.res, r.end, fmt.Errorf("%w: client: the target gave no primary step", ErrStopRun)
 	}
 	prior := make([]string, len(steps))
 	for i := range start {
@@ -134,10 +152,10 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			continue
 		}
 		if !c.retryFailed {
-			return r.res, steps[i].wrap(r.recordedFailure(&steps[i], prior[:i], *rec))
+			return r.res, r.end, steps[i].wrap(r.recordedFailure(&steps[i], prior[:i], *rec))
 		}
 		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
-			return r.res, c.storeError(err)
+			return r.res, r.end, c.storeError(err)
 		}
 		recs[i] = nil
 	}
@@ -157,13 +175,13 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	}
 	if start == len(steps) {
 		r.noteRecordID(steps, prior)
-		return r.res, nil
+		return r.res, r.end, nil
 	}
 	// A key another process is sending is parked without a write. The
 	// store decides at the claim, by its own clock; a lease that by this
 	// machine's clock is far from its end need not be put to it.
 	if p := recs[pi]; p != nil && p.LeaseOwner != c.leases.lease.Owner && time.Until(p.LeaseExpires) > c.leases.lease.TTL/2 {
-		return r.res, errLeasedElsewhere{rec: *p}
+		return r.res, r.end, errLeasedElsewhere{rec: *p}
 	}
 
 	// The deposit's intent and its lease, claimed before its first request
@@ -173,20 +191,29 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		body = k.Body
 	}
 	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
-	claimed, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
+	claimed, err := c.claim(ctx, ref, body)
 	if errors.Is(err, dedup.ErrLeased) {
-		return r.res, errLeasedElsewhere{rec: claimed}
+		return r.res, r.end, errLeasedElsewhere{rec: claimed}
 	}
 	if err != nil {
-		return r.res, c.storeError(err)
+		return r.res, r.end, c.storeError(err)
 	}
 	ctx, drop := c.leases.hold(ctx, ref)
-	defer drop()
 	defer func() {
 		err = leaseError(ctx, err)
-		if err != nil {
-			r.release(ctx, ref)
+		// The lease is kept until the last outcome is recorded.
+		end := func(err error) {
+			if err != nil {
+				r.release(ctx, ref)
+			}
+			drop()
 		}
+		if e := r.end; e != nil {
+			e.res, e.err = r.res, err
+			e.after(func(e *ending) { end(e.err) })
+			return
+		}
+		end(err)
 	}()
 
 	var primaryBody []byte
@@ -196,7 +223,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		r.replay(claimed)
 		prior[pi], start = claimed.Identifier, pi+1
 	case claimed.State == dedup.StateFailed && !r.primaryDone:
-		return r.res, r.recordedFailure(r.primary, prior[:pi], claimed)
+		return r.res, r.end, r.recordedFailure(r.primary, prior[:pi], claimed)
 	default:
 		if claimed.State == dedup.StatePending {
 			primaryBody = claimed.Body
@@ -214,31 +241,31 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		case s.durable:
 			rec, err := r.begin(ctx, s, nil)
 			if err != nil {
-				return r.res, err
+				return r.res, r.end, err
 			}
 			switch rec.State {
 			case dedup.StateDone:
 				prior[i] = rec.Identifier
 				continue
 			case dedup.StateFailed:
-				return r.res, s.wrap(r.recordedFailure(s, prior[:i], rec))
+				return r.res, r.end, s.wrap(r.recordedFailure(s, prior[:i], rec))
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			if prior[i], err = r.confirm(ctx, s, OutcomeExisting, id, 0); err != nil {
-				return r.res, s.wrap(err)
+				return r.res, r.end, s.wrap(err)
 			}
 			continue
 		}
 		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
 		if err != nil {
-			return r.res, s.wrap(err)
+			return r.res, r.end, s.wrap(err)
 		}
 		prior[i] = id
 	}
 	r.noteRecordID(steps, prior)
-	return r.res, nil
+	return r.res, r.end, nil
 }
 
 // release ends the lease of a deposit that did not finish, so that another
@@ -421,7 +448,13 @@ func (r *runDeposit) checkFailed(ctx context.Context, s *step, err error) error 
 // spoken, and forgetting its answer would only cost a request.
 func (r *runDeposit) confirm(ctx context.Context, s *step, outcome Outcome, id string, status int) (string, error) {
 	ctx = context.WithoutCancel(ctx)
-	if s.durable {
+	switch {
+	case s.durable && s == r.last && r.outs != nil:
+		// Nothing is sent after the last step: its outcome is recorded
+		// with others', and the deposit ends once it is.
+		r.end = &ending{c: r.c, ref: dedup.Ref{Target: s.target, Key: s.key}, primary: s.primary,
+			conf: dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status}}
+	case s.durable:
 		rec, err := r.c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status})
 		switch {
 		case errors.Is(err, dedup.ErrConflict):

@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/depositkit/deposit/dedup"
+)
+
+// manyClaimer is a store that records a group of intents in one
+// transaction; *dedup.SQLite and *dedup.Postgres are. With a store that is
+// not, each deposit claims its key alone.
+type manyClaimer interface {
+	ClaimMany(ctx context.Context, lease dedup.Lease, intents []dedup.Intent) ([]dedup.Claimed, error)
+}
+
+// maxClaims bounds the intents of one ClaimMany.
+const maxClaims = 256
+
+// claims coalesces the claims of concurrent deposits into one ClaimMany:
+// the first caller to arrive while no claim runs becomes the leader and
+// claims for everyone queued, again and again until the queue is empty.
+// One commit then records the intents of every deposit about to send, which
+// on PostgreSQL, where each commit waits for the log to reach the disk, is
+// what bounds a fleet. A lone caller pays one mutex round more than Claim.
+type claims struct {
+	store manyClaimer
+	lease dedup.Lease
+
+	mu      sync.Mutex
+	queue   []*claimCall
+	running bool
+}
+
+type claimCall struct {
+	in   dedup.Intent
+	got  dedup.Claimed
+	err  error
+	done chan struct{}
+}
+
+// claim records the intent of ref, holding body, under c's lease. A caller
+// waits for its group's commit even when ctx ends first: once queued its
+// claim may be written, and the deposit must know to release it.
+func (c *claims) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.Claimed, error) {
+	call := &claimCall{in: dedup.Intent{Ref: ref, Body: body}, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queue = append(c.queue, call)
+	if c.running {
+		c.mu.Unlock()
+		<-call.done
+		return call.got, call.err
+	}
+	c.running = true
+	for len(c.queue) > 0 {
+		n := min(len(c.queue), maxClaims)
+		group := c.queue[:n:n]
+		c.queue = c.queue[n:]
+		c.mu.Unlock()
+		c.run(context.WithoutCancel(ctx), group)
+		c.mu.Lock()
+	}
+	c.running = false
+	c.mu.Unlock()
+	return call.got, call.err
+}
+
+// run claims the calls of group. A key is in flight once per process, so a
+// group names each row once; should one come twice, it is claimed after
+// the first, in a group of its own.
+func (c *claims) run(ctx context.Context, group []*claimCall) {
+	for len(group) > 0 {
+		seen := make(map[dedup.Ref]bool, len(group))
+		var now, later []*claimCall
+		for _, call := range group {
+			if seen[call.in.Ref] {
+				later = append(later, call)
+				continue
+			}
+			seen[call.in.Ref] = true
+			now = append(now, call)
+		}
+		c.claimGroup(ctx, now)
+		group = later
+	}
+}
+
+// claimGroup claims a group that names each row once.
+func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
+	intents := make([]dedup.Intent, len(group))
+	for i, call := range group {
+		intents[i] = call.in
+	}
+	got, err := c.store.ClaimMany(ctx, c.lease, intents)
+	if err == nil && len(got) != len(group) {
+		err = fmt.Errorf("store claimed %d of %d keys", len(got), len(group))
+	}
+	for i, call := range group {
+		if err != nil {
+			call.err = err
+		} else {
+			call.got = got[i]
+		}
+		close(call.done)
+	}
+}
+
+// claim records the intent of a deposit's first request and takes its
+// key's lease: through the client's claim groups where the store has them.
+// A key another owner holds is returned with an error wrapping
+// dedup.ErrLeased, as Store.Claim does.
+func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.Record, error) {
+	if c.claims == nil {
+		return c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
+	}
+	got, err := c.claims.claim(ctx, ref, body)
+	if err != nil {
+		return dedup.Record{}, err
+	}
+	if got.Leased {
+		return got.Record, fmt.Errorf("%w: key %s until %s", dedup.ErrLeased, ref.Key, got.Record.LeaseExpires)
+	}
+	return got.Record, nil
+}

@@ -1,0 +1,195 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
+)
+
+// crashEnv selects the crash point of TestCrashHelperProcess's child.
+const crashEnv = "CLIENT_CRASH_POINT"
+
+// crashItems is the input of the crash-point tests: n distinct payloads.
+func crashItems(n int) func(yield func(Item) bool) {
+	return func(yield func(Item) bool) {
+		for i := range n {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"title":"crash point %d"}`, i)}) {
+				return
+			}
+		}
+	}
+}
+
+// stallingStore is the child's store: the real one, which at the crash
+// point announces the keys concerned on stdout and never returns, so that
+// the parent kills the process exactly there.
+type stallingStore struct {
+	*dedup.SQLite
+	point string
+}
+
+// ClaimMany, at the crash point "intents", stalls once a group of intents
+// is committed: before any of its requests is sent. Each group waits a
+// little first, so that intents queue up and groups form.
+func (s stallingStore) ClaimMany(ctx context.Context, lease dedup.Lease, intents []dedup.Intent) ([]dedup.Claimed, error) {
+	if s.point == "intents" {
+		time.Sleep(2 * time.Millisecond)
+	}
+	got, err := s.SQLite.ClaimMany(ctx, lease, intents)
+	if s.point == "intents" && err == nil && len(intents) > 1 {
+		announce("intents", func(yield func(string) bool) {
+			for _, in := range intents {
+				yield(in.Key)
+			}
+		})
+	}
+	return got, err
+}
+
+// CompleteMany, at the crash point "outcomes", stalls before it writes a
+// group of outcomes: the server has answered, nothing is recorded yet.
+func (s stallingStore) CompleteMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]dedup.Record, error) {
+	if s.point == "outcomes" && len(items) > 1 {
+		announce("outcomes", func(yield func(string) bool) {
+			for k := range items {
+				yield(k)
+			}
+		})
+	}
+	return s.SQLite.CompleteMany(ctx, target, items)
+}
+
+// announce prints "point KEY..." and waits to be killed.
+func announce(point string, keys func(yield func(string) bool)) {
+	var b strings.Builder
+	b.WriteString(point)
+	for k := range keys {
+		b.WriteString(" " + k)
+	}
+	fmt.Println(b.String())
+	select {}
+}
+
+// TestCrashHelperProcess is not a test: it is the child process of
+// TestAKillAtEachBatchedWriteLosesNothing, which re-executes the test
+// binary with crashEnv set. It runs a batch and prints each result as
+// "result LINE KEY OUTCOME".
+func TestCrashHelperProcess(t *testing.T) {
+	point := os.Getenv(crashEnv)
+	if point == "" {
+		return // run as a normal test: nothing to do
+	}
+	store, err := dedup.Open(os.Getenv("CLIENT_CRASH_DB"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	// A short lease: the next run need not wait long for the keys this
+	// process holds when it is killed.
+	c, err := New(Config{Target: Put{Endpoint: os.Getenv("CLIENT_CRASH_URL")}, Store: stallingStore{SQLite: store, point: point}, Lease: time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	_, err = c.Run(context.Background(), crashItems(300), BatchOptions{Concurrency: 8, OnResult: func(r ItemResult) {
+		fmt.Printf("result %d %s %s\n", r.Line, r.Key, r.Outcome)
+	}})
+	fmt.Println("finished", err)
+	os.Exit(0)
+}
+
+// A process killed between a group's intents and its requests, or between
+// the server's answers and the commit of their outcomes, loses nothing: no
+// result was delivered for those keys, their rows are pending, and the next
+// run settles each, as recovered, with one record per key on the server.
+func TestAKillAtEachBatchedWriteLosesNothing(t *testing.T) {
+	for _, point := range []string{"intents", "outcomes"} {
+		t.Run(point, func(t *testing.T) {
+			srv, err := repotest.NewServer(repotest.Config{})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			db := filepath.Join(t.TempDir(), "deposit.db")
+
+			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$", "-test.count=1")
+			cmd.Env = append(os.Environ(), crashEnv+"="+point, "CLIENT_CRASH_DB="+db, "CLIENT_CRASH_URL="+srv.URL)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+
+			delivered := map[string]bool{}
+			var stalled []string
+			lines := bufio.NewScanner(out)
+			for stalled == nil && lines.Scan() {
+				f := strings.Fields(lines.Text())
+				switch {
+				case len(f) == 4 && f[0] == "result":
+					delivered[f[2]] = true
+				case len(f) > 2 && f[0] == point:
+					stalled = f[1:]
+				case len(f) > 0 && f[0] == "finished":
+					t.Fatalf("the batch finished without reaching the crash point: %s", lines.Text())
+				}
+			}
+			require.NotEmpty(t, stalled, "the child ended before the crash point")
+			require.NoError(t, cmd.Process.Kill()) // SIGKILL, at the crash point
+			_ = cmd.Wait()
+
+			store, err := dedup.Open(db)
+			require.NoError(t, err)
+			t.Cleanup(func() { store.Close() })
+			c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+			require.NoError(t, err)
+			onServer := map[string]bool{}
+			for _, r := range srv.Records() {
+				onServer[r.Key] = true
+			}
+			for _, key := range stalled {
+				require.False(t, delivered[key], "a result was delivered for %s before its outcome was durable", key)
+				rec, err := store.Lookup(context.Background(), c.StoreTarget(), key)
+				require.NoError(t, err)
+				require.Equal(t, dedup.StatePending, rec.State, key)
+				if point == "intents" {
+					require.False(t, onServer[key], "%s was sent although its group had not been dispatched", key)
+				} else {
+					require.True(t, onServer[key], "%s was answered, so the server holds it", key)
+				}
+			}
+
+			results := map[string]ItemResult{}
+			sum, err := c.Run(context.Background(), crashItems(300), BatchOptions{Concurrency: 8, OnResult: func(r ItemResult) {
+				results[r.Key] = r
+			}})
+			require.NoError(t, err)
+			require.Equal(t, 300, sum.Total)
+			require.Zero(t, sum.Unresolved+sum.Failed)
+			want := OutcomeCreated
+			if point == "outcomes" {
+				want = OutcomeExisting // the killed process's request took effect
+			}
+			for _, key := range stalled {
+				r := results[key]
+				require.Equal(t, want, r.Outcome, key)
+				require.True(t, r.Recovered, "%s was left pending by another process", key)
+			}
+			st := srv.Stats()
+			require.Zero(t, st.Duplicates)
+			require.EqualValues(t, 300, st.Records)
+			for _, r := range srv.Records() {
+				require.Equal(t, r.Identifier, results[r.Key].Identifier, r.Key)
+			}
+		})
+	}
+}

@@ -1,0 +1,173 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/depositkit/deposit/dedup"
+)
+
+// manyCompleter is a store that records many confirmations in one
+// transaction; *dedup.SQLite and *dedup.Postgres are. With a store that is
+// not, a batch records each outcome before it takes up the next item.
+type manyCompleter interface {
+	CompleteMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]dedup.Record, error)
+}
+
+const (
+	// maxOutcomes bounds the outcomes of one CompleteMany.
+	maxOutcomes = 1024
+	// outcomeRoom bounds the outcomes of a batch not yet recorded: a worker
+	// that would exceed it waits, holding no request slot.
+	outcomeRoom = 4 * maxOutcomes
+)
+
+// outcomes records the last outcome of a batch's deposits in groups, off
+// the workers' path: a worker hands over the server's confirmation and
+// takes up its next item, and the deposit ends (its result delivered, its
+// lease and its key's in-process followers released) once the group that
+// holds the outcome has committed. A group is whatever arrived while the
+// previous one was being written, so a slow store gets larger groups and no
+// outcome waits for a timer.
+//
+// Nothing is sent after an outcome handed over, so the crash rules hold:
+// the intent was durable before the request, and a deposit is done, and
+// reported, only once its outcome is. A crash before the commit leaves the
+// row pending, which the next run settles (and counts as recovered).
+type outcomes struct {
+	store manyCompleter
+	room  chan struct{}
+	wg    sync.WaitGroup // outcomes handed over and not yet ended
+
+	mu      sync.Mutex
+	queue   []*ending
+	running bool
+}
+
+// An ending is a deposit waiting for its last outcome to be recorded.
+type ending struct {
+	ref  dedup.Ref
+	conf dedup.Confirmation
+	// primary says the outcome is the deposit's own: a confirmation that
+	// lost to an earlier one gives the deposit the earlier identifier.
+	primary bool
+
+	// res and err are the deposit's result; recorded fixes them once the
+	// store has answered.
+	res Result
+	err error
+	// then runs, in order, once the outcome is recorded or could not be.
+	then []func(*ending)
+	c    *Client
+}
+
+func newOutcomes(store Store) *outcomes {
+	m, ok := store.(manyCompleter)
+	if !ok {
+		return nil
+	}
+	return &outcomes{store: m, room: make(chan struct{}, outcomeRoom)}
+}
+
+// after adds f to what runs once e's outcome is recorded.
+func (e *ending) after(f func(*ending)) { e.then = append(e.then, f) }
+
+// hand queues e; the caller gives up e, which ends on another goroutine.
+func (o *outcomes) hand(e *ending) {
+	o.room <- struct{}{}
+	o.wg.Add(1)
+	o.mu.Lock()
+	o.queue = append(o.queue, e)
+	if !o.running {
+		o.running = true
+		go o.run()
+	}
+	o.mu.Unlock()
+}
+
+// wait returns once every outcome handed over has ended.
+func (o *outcomes) wait() { o.wg.Wait() }
+
+// run records groups until the queue is empty.
+func (o *outcomes) run() {
+	for {
+		o.mu.Lock()
+		n := min(len(o.queue), maxOutcomes)
+		if n == 0 {
+			o.running = false
+			o.mu.Unlock()
+			return
+		}
+		group := o.queue[:n:n]
+		o.queue = o.queue[n:]
+		o.mu.Unlock()
+		o.record(group)
+		for _, e := range group {
+			for _, f := range e.then {
+				f(e)
+			}
+			<-o.room
+			o.wg.Done()
+		}
+	}
+}
+
+// record writes group, one CompleteMany per target; a target's row comes
+// at most once in a CompleteMany, a second outcome for it goes in the next.
+func (o *outcomes) record(group []*ending) {
+	ctx := context.Background()
+	for len(group) > 0 {
+		byTarget := map[string]map[string]dedup.Confirmation{}
+		var later []*ending
+		var now []*ending
+		for _, e := range group {
+			items := byTarget[e.ref.Target]
+			if items == nil {
+				items = map[string]dedup.Confirmation{}
+				byTarget[e.ref.Target] = items
+			}
+			if _, dup := items[e.ref.Key]; dup {
+				later = append(later, e)
+				continue
+			}
+			items[e.ref.Key] = e.conf
+			now = append(now, e)
+		}
+		stored := map[string]map[string]dedup.Record{}
+		failed := map[string]error{}
+		for target, items := range byTarget {
+			recs, err := o.store.CompleteMany(ctx, target, items)
+			if err != nil && !errors.Is(err, dedup.ErrConflict) {
+				failed[target] = err
+				continue
+			}
+			stored[target] = recs
+		}
+		for _, e := range now {
+			if err := failed[e.ref.Target]; err != nil {
+				e.recorded(dedup.Record{}, err)
+				continue
+			}
+			e.recorded(stored[e.ref.Target][e.ref.Key], nil)
+		}
+		group = later
+	}
+}
+
+// recorded settles e with the store's answer: the row as stored, or the
+// error that kept it from being written.
+func (e *ending) recorded(rec dedup.Record, err error) {
+	c := e.c
+	switch {
+	case err != nil:
+		e.err = c.storeError(err)
+		e.res.Outcome = OutcomeOf(e.err)
+	case rec.Identifier != "" && rec.Identifier != e.conf.Identifier:
+		c.log.Warn("key already confirmed with another identifier; keeping the first",
+			"key", e.ref.Key, "first", rec.Identifier, "now", e.conf.Identifier)
+		if e.primary {
+			e.res.Identifier = rec.Identifier
+		}
+	}
+}
