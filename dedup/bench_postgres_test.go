@@ -211,3 +211,26 @@ func BenchmarkClaimGroupCommit8(b *testing.B) {
 func BenchmarkPostgresClaim8(b *testing.B) {
 	benchParallel(b, openBenchPG(b), "claims/s", claimNew)
 }
+
+// benchClaimMany claims new keys in groups of 64, as a batch's claims are
+// coalesced: one op is one key.
+func benchClaimMany(b *testing.B, s interface {
+	ClaimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error)
+}) {
+	ctx := context.Background()
+	keys := newKeys(b.N)
+	b.ResetTimer()
+	for i := 0; i < len(keys); i += 64 {
+		group := make([]Intent, 0, 64)
+		for _, k := range keys[i:min(i+64, len(keys))] {
+			group = append(group, Intent{Ref: Ref{Target: target, Key: k}, Body: benchBody})
+		}
+		if _, err := s.ClaimMany(ctx, benchLease, group); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perSecond(b, b.N, "claims/s")
+}
+
+func BenchmarkClaimMany64(b *testing.B)         { benchClaimMany(b, openBench(b)) }
+func BenchmarkPostgresClaimMany64(b *testing.B) { benchClaimMany(b, openBenchPG(b)) }
