@@ -5,22 +5,31 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/internal/pgtest"
 )
 
 // BenchmarkRunBinary measures a whole `deposit run` process against a local
 // `deposit serve` process: lines per second, the client's peak RSS, the
 // time to replay the same file and, alternated with it, the time `deposit
-// key` takes on it (replay-x is the first over the second). The input has 20,000 lines unless
+// key` takes on it (replay-x is the first over the second). In the same
+// iterations, alternated with the run, a plain loop sends the same
+// canonical bodies to a fresh `deposit serve` with If-None-Match: * over
+// keep-alive connections at the same concurrency, with no store: run-x is
+// the run's time over the loop's. The input has 20,000 lines unless
 // DEPOSIT_BENCH_LINES says otherwise; the README figures come from
 //
 //	DEPOSIT_BENCH_LINES=1000000 go test -run '^$' -bench RunBinary -benchtime 1x ./cmd/deposit
@@ -41,9 +50,20 @@ func BenchmarkRunBinary(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	bodies := canonicalLines(b, input)
 	var runSecs, replaySecs, keySecs, runRSS, replayRSS, runAnon, runFile float64
+	var runXs []float64
 	for i := range b.N {
 		b.StopTimer()
+		plain := func() float64 {
+			url, stop := startServe(b)
+			defer stop()
+			return plainLoop(b, url, bodies, 16)
+		}
+		var plainSecs float64
+		if i%2 == 0 {
+			plainSecs = plain()
+		}
 		url, stop := startServe(b)
 		db := filepath.Join(dir, fmt.Sprintf("deposit-%d.db", i))
 		args := []string{"run", "--endpoint", url, "--db", db, "--concurrency", "16", "--json", input}
@@ -53,6 +73,10 @@ func BenchmarkRunBinary(b *testing.B) {
 		rsecs, rrss, _, _ := runMeasured(b, args)
 		ksecs, _, _, _ := runMeasured(b, []string{"key", input})
 		stop()
+		if i%2 == 1 {
+			plainSecs = plain()
+		}
+		runXs = append(runXs, secs/plainSecs)
 		keySecs += ksecs
 		runSecs += secs
 		replaySecs += rsecs
@@ -71,8 +95,89 @@ func BenchmarkRunBinary(b *testing.B) {
 	b.ReportMetric(replayRSS, "replay-peak-RSS-MB")
 	b.ReportMetric(keySecs/n, "key-s")
 	b.ReportMetric(replaySecs/keySecs, "replay-x")
+	b.ReportMetric(median(runXs), "run-x")
 	b.Logf("%d lines (%.1f MB): run %.1f s, peak RSS %.1f MB (sampled: anonymous %.1f MB, file-backed %.1f MB); replay %.1f s, peak RSS %.1f MB",
 		lines, float64(fi.Size())/1e6, runSecs/n, runRSS, runAnon, runFile, replaySecs/n, replayRSS)
+}
+
+// canonicalLines returns the canonical body and key of each line of the
+// file at path, as `deposit run` sends them.
+func canonicalLines(b *testing.B, path string) []keyedBody {
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	var out []keyedBody
+	lines := bufio.NewScanner(f)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	for lines.Scan() {
+		body, err := canonical.JCS(lines.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, keyedBody{key: canonical.Key(body), body: body})
+	}
+	if err := lines.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+type keyedBody struct {
+	key  string
+	body []byte
+}
+
+// plainLoop PUTs each body at URL/key with If-None-Match: * from conc
+// goroutines over keep-alive connections, and returns the seconds it took.
+func plainLoop(b *testing.B, url string, bodies []keyedBody, conc int) float64 {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = conc
+	defer t.CloseIdleConnections()
+	hc := &http.Client{Transport: t}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(bodies) {
+					return
+				}
+				r, err := http.NewRequest(http.MethodPut, url+"/"+bodies[i].key, bytes.NewReader(bodies[i].body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				r.Header.Set("If-None-Match", "*")
+				r.Header.Set("Content-Type", "application/json")
+				resp, err := hc.Do(r)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					b.Errorf("plain loop: status %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(t0).Seconds()
+}
+
+// median is the median of xs, which it sorts.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	if len(xs)%2 == 1 {
+		return xs[len(xs)/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
 // writeBenchInput writes n distinct payloads of about 150 bytes.
