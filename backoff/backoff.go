@@ -31,7 +31,8 @@
 //	}
 //
 // Every wait is bounded: a Retry-After from the server replaces the jittered
-// wait but is capped by [Policy.Cap] like any other, and a wait that would
+// wait but is capped by [Policy.Cap] like any other (or by its own
+// RetryAfterCap), and a wait that would
 // pass the context deadline or the policy's elapsed limit fails at once
 // instead of sleeping in vain. A [Budget] (a token bucket in the manner of the
 // AWS SDK standard retry mode) turns a failing server's storm of retries into
@@ -82,8 +83,13 @@ type Policy struct {
 	// Base is the ceiling of the first retry's jittered wait; the ceiling
 	// doubles with every retry up to Cap. Default 100ms.
 	Base time.Duration
-	// Cap bounds every wait, the server's Retry-After included. Default 20s.
+	// Cap bounds every wait, the server's Retry-After included unless
+	// RetryAfterCap is set. Default 20s.
 	Cap time.Duration
+	// RetryAfterCap, when set, bounds a wait the server asked for with
+	// Retry-After instead of Cap: a batch can keep its own waits short
+	// while still waiting as long as a server asks. Zero means Cap.
+	RetryAfterCap time.Duration
 	// MaxAttempts is the number of attempts allowed for one operation,
 	// counting the first: 1 means no retries. Zero (or negative) means the
 	// default, 5 (the first attempt and up to 4 retries).
@@ -103,6 +109,9 @@ func (p Policy) WithDefaults() Policy {
 	if p.Cap <= 0 {
 		p.Cap = defaultCap
 	}
+	if p.RetryAfterCap <= 0 {
+		p.RetryAfterCap = p.Cap
+	}
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = defaultMaxAttempts
 	}
@@ -117,7 +126,7 @@ func (p Policy) WithDefaults() Policy {
 // counts from 0, like go-retryablehttp's Backoff, passes its number plus 1).
 //
 // If resp carries a valid Retry-After header (see [RetryAfter]), the wait is
-// that value, capped by Cap; past dates give 0. Otherwise the wait is drawn
+// that value, capped by RetryAfterCap (by default Cap); past dates give 0. Otherwise the wait is drawn
 // with full jitter, uniformly from [0, min(Cap, Base*2^(retry-1))]; the
 // exponent saturates, so any retry number is safe.
 //
@@ -134,7 +143,7 @@ func (p Policy) delay(retry int, resp *http.Response, rnd func() float64, now fu
 	p = p.WithDefaults()
 	if resp != nil && len(resp.Header["Retry-After"]) > 0 {
 		if d, ok := RetryAfter(resp.Header, now()); ok {
-			return min(d, p.Cap)
+			return min(d, p.RetryAfterCap)
 		}
 	}
 	if rnd == nil {

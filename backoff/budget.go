@@ -79,6 +79,23 @@ func (b *Budget) Success() {
 	b.add(successRefill)
 }
 
+// Cover raises the capacity, if it is smaller, to what n plain retries
+// spend, and adds the tokens it raised it by. A batch that lets n items
+// wait for a retry at once has that many retries' tokens out at a time
+// (they come back only when the retries succeed): a smaller budget would
+// end a batch against a merely flaky server, not only a failing one.
+func (b *Budget) Cover(n int) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if more := n*retryCost - b.capacity; more > 0 {
+		b.capacity += more
+		b.tokens += more
+	}
+}
+
 // add puts n tokens back, up to the capacity.
 func (b *Budget) add(n int) {
 	if b == nil {

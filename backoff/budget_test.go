@@ -141,3 +141,20 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 }
+
+// Cover raises a budget to n retries' tokens, adding what it raised, and
+// never lowers one.
+func TestCoverRaisesTheBudgetToNRetries(t *testing.T) {
+	b := NewBudget(0)
+	require.NoError(t, b.Spend(false))
+	b.Cover(300)
+	require.Equal(t, 1500-5, b.Available(), "raised by 1000 tokens, the 5 spent still out")
+	for range 299 {
+		require.NoError(t, b.Spend(false))
+	}
+	require.ErrorIs(t, b.Spend(false), ErrBudgetExhausted, "300 retries at once, no more")
+	b.Cover(10)
+	require.Equal(t, 0, b.Available(), "a smaller cover changes nothing")
+	var none *Budget
+	none.Cover(10) // a nil budget is unlimited
+}

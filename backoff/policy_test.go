@@ -33,11 +33,13 @@ func TestWithDefaults(t *testing.T) {
 		want Policy
 	}{
 		{"zero value takes every default", Policy{},
-			Policy{Base: 100 * time.Millisecond, Cap: 20 * time.Second, MaxAttempts: 5, MaxElapsed: 2 * time.Minute}},
-		{"negative values take the defaults", Policy{Base: -1, Cap: -1, MaxAttempts: -1, MaxElapsed: -1},
-			Policy{Base: 100 * time.Millisecond, Cap: 20 * time.Second, MaxAttempts: 5, MaxElapsed: 2 * time.Minute}},
+			Policy{Base: 100 * time.Millisecond, Cap: 20 * time.Second, RetryAfterCap: 20 * time.Second, MaxAttempts: 5, MaxElapsed: 2 * time.Minute}},
+		{"negative values take the defaults", Policy{Base: -1, Cap: -1, RetryAfterCap: -1, MaxAttempts: -1, MaxElapsed: -1},
+			Policy{Base: 100 * time.Millisecond, Cap: 20 * time.Second, RetryAfterCap: 20 * time.Second, MaxAttempts: 5, MaxElapsed: 2 * time.Minute}},
 		{"set values are kept", Policy{Base: time.Second, Cap: time.Minute, MaxAttempts: 1, MaxElapsed: time.Hour},
-			Policy{Base: time.Second, Cap: time.Minute, MaxAttempts: 1, MaxElapsed: time.Hour}},
+			Policy{Base: time.Second, Cap: time.Minute, RetryAfterCap: time.Minute, MaxAttempts: 1, MaxElapsed: time.Hour}},
+		{"RetryAfterCap is kept apart from Cap", Policy{Cap: 2 * time.Second, RetryAfterCap: time.Minute},
+			Policy{Base: 100 * time.Millisecond, Cap: 2 * time.Second, RetryAfterCap: time.Minute, MaxAttempts: 5, MaxElapsed: 2 * time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +154,18 @@ func TestDelayHonoursRetryAfterCappedByPolicy(t *testing.T) {
 			require.Equal(t, tt.want, p.delay(1, tt.resp, fixed(almostOne), clock))
 		})
 	}
+}
+
+// With RetryAfterCap, the server's Retry-After is bounded by it, and the
+// jittered waits still by Cap.
+func TestRetryAfterCapBoundsOnlyTheServersWaits(t *testing.T) {
+	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	p := Policy{Base: time.Second, Cap: 2 * time.Second, RetryAfterCap: 20 * time.Second}
+	require.Equal(t, 9*time.Second, p.delay(1, respWith("9"), fixed(almostOne), clock), "a Retry-After past Cap is waited for")
+	require.Equal(t, 20*time.Second, p.delay(1, respWith("3600"), fixed(almostOne), clock), "and bounded by RetryAfterCap")
+	require.Less(t, p.delay(8, nil, fixed(almostOne), clock), 2*time.Second+time.Nanosecond, "a jittered wait is bounded by Cap")
+	require.Equal(t, 2*time.Second, Policy{Cap: 2 * time.Second}.delay(1, respWith("9"), fixed(almostOne), clock), "without it, Cap bounds Retry-After too")
 }
 
 func TestDelayWithRealClockCapsAFarDate(t *testing.T) {

@@ -56,7 +56,9 @@ type BatchOptions struct {
 	// those in flight; reading items pauses while that many wait, so memory
 	// stays flat. Items beyond Concurrency are taken up only as others start
 	// to wait, so a batch stopped by its first answers has begun few. 0
-	// means 32 × Concurrency; a negative Waiting means none: with
+	// means 128 × Concurrency (an item waiting out a 1 s Retry-After is
+	// one of many: fewer, and the batch is bound by how many may wait); a
+	// negative Waiting means none: with
 	// Concurrency 1 the items then run strictly one after another, in input
 	// order.
 	Waiting int
@@ -166,9 +168,13 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	waiting := opts.Waiting
 	switch {
 	case waiting == 0:
-		waiting = 32 * slots
+		waiting = 128 * slots
 	case waiting < 0:
 		waiting = 0
+	}
+	if c.ownBudget {
+		// Every item that may wait holds a retry's tokens while it waits.
+		c.budget.Cover(slots + waiting)
 	}
 	grace := opts.Grace
 	if grace <= 0 {

@@ -36,8 +36,9 @@ type Config struct {
 	// documented default.
 	Retry backoff.Policy
 	// Budget is the retry budget shared by every deposit of this client;
-	// nil means a fresh budget with backoff's default capacity. Share one
-	// Budget between clients to share it between their batches.
+	// nil means a fresh budget with backoff's default capacity, which Run
+	// raises to a retry's tokens for each item a batch lets wait at once.
+	// Share one Budget between clients to share it between their batches.
 	Budget *backoff.Budget
 	// Rate limits requests per second (fractions allowed). 0 is the
 	// target's default: unlimited, except DataCiteRate under DataCite and
@@ -199,6 +200,7 @@ type Client struct {
 	store       Store
 	policy      backoff.Policy
 	budget      *backoff.Budget
+	ownBudget   bool // budget is the default one, which Run may enlarge
 	header      http.Header
 	http        *http.Client
 	pace        *backoff.AdaptiveLimiter // nil unless AdaptiveRate
@@ -264,7 +266,7 @@ func New(cfg Config) (*Client, error) {
 		lookups:     lookups{store: cfg.Store},
 	}
 	if c.budget == nil {
-		c.budget = backoff.NewBudget(0)
+		c.budget, c.ownBudget = backoff.NewBudget(0), true
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
