@@ -60,7 +60,7 @@ const (
 // reaches the ceiling or, without one, until the batch sends less than half
 // of it and it limits nothing. A share above one half is never taken for a
 // background: a server that throttles most requests at any rate is slowed
-// down to, at the lowest, 1 request per second.
+// down to, at the lowest, 1 request per second ([AdaptiveLimiter.AtLowest]).
 //
 // A nil *AdaptiveLimiter is unlimited and ignores what it observes.
 // AdaptiveLimiter is safe for concurrent use by multiple goroutines.
@@ -134,6 +134,19 @@ func (l *AdaptiveLimiter) Rate() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.c.limit
+}
+
+// AtLowest reports whether the rate is as low as the limiter cuts it: 1
+// request per second, or the ceiling when that is lower. A server that
+// still throttles most requests then is not answered by slowing down; a
+// caller should bound its retries some other way. For a nil limiter, false.
+func (l *AdaptiveLimiter) AtLowest() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.limit <= l.c.lowest()
 }
 
 // control is the adaptive limiter's state machine, a pure function of the

@@ -206,8 +206,17 @@ func TestAdaptiveLimiterNeverExceedsItsCeiling(t *testing.T) {
 func TestAdaptiveLimiterCutsAtMostToOneRequestASecond(t *testing.T) {
 	fc := newFakeClock(time.Now())
 	l := newAdaptiveLimiter(0, fc)
+	require.False(t, l.AtLowest(), "at the start")
 	simulate(l, fc, func(time.Duration) bool { return true }, 3000, 120*time.Second, 0)
 	require.Equal(t, adaptLowest, l.Rate())
+	require.True(t, l.AtLowest(), "after two minutes of throttles")
+}
+
+func TestAdaptiveLimiterStartsAtItsLowestUnderACeilingOfOneRequestASecondOrLess(t *testing.T) {
+	for ceiling, lowest := range map[float64]bool{0.5: true, 1: true, 2: false, 0: false} {
+		l := newAdaptiveLimiter(ceiling, newFakeClock(time.Now()))
+		require.Equal(t, lowest, l.AtLowest(), "ceiling %v", ceiling)
+	}
 }
 
 func TestAdaptiveLimiterWaitsAtItsCurrentRate(t *testing.T) {
@@ -240,6 +249,7 @@ func TestNilAdaptiveLimiterIsUnlimited(t *testing.T) {
 	l.Observe(true)
 	require.NoError(t, l.Wait(context.Background()))
 	require.True(t, math.IsInf(l.Rate(), 1))
+	require.False(t, l.AtLowest())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, l.Wait(ctx), context.Canceled)

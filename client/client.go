@@ -51,7 +51,11 @@ type Config struct {
 	// rate back; a share of throttles that does not fall at a lower rate is
 	// taken as the server's background and slows nothing. A throttle's
 	// retry then spends no retry budget: the lowered rate is what keeps
-	// retries from becoming a storm. Off by default while it reaches only
+	// retries from becoming a storm. Once the rate is as low as it goes (1
+	// request a second, or Rate when lower), throttles spend the budget
+	// again, and when it runs out the run stops with an error wrapping
+	// ErrStopRun and backoff.ErrBudgetExhausted: a server that throttles
+	// everything still ends the run. Off by default while it reaches only
 	// about 70% of a server's limit.
 	AdaptiveRate bool
 	// RetryFailed re-sends items recorded as failed instead of reporting the
