@@ -50,7 +50,7 @@ func TestAdaptiveRateThrottlesSpendNoRetryBudgetWhileTheRateCanFall(t *testing.T
 			defer srv.Close()
 			c, err := New(Config{
 				Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
-				Budget: backoff.NewBudget(10), AdaptiveRate: adaptive,
+				Budget: backoff.NewBudget(10), StaticRate: !adaptive,
 			})
 			require.NoError(t, err)
 			sum, err := c.Run(context.Background(), adaptiveItems(4), BatchOptions{Concurrency: 1})
@@ -72,7 +72,7 @@ func TestAdaptiveRateStopsARunThrottledAtItsLowestRate(t *testing.T) {
 	// starts there, as it would after a server had throttled it down.
 	c, err := New(Config{
 		Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
-		Budget: backoff.NewBudget(10), AdaptiveRate: true, Rate: 1,
+		Budget: backoff.NewBudget(10), Rate: 1,
 	})
 	require.NoError(t, err)
 	sum, err := c.Run(context.Background(), adaptiveItems(20), BatchOptions{Concurrency: 2})
