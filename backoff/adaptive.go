@@ -49,15 +49,18 @@ const (
 // whose share of throttles is clearly above the background (by 2 points or
 // 3 standard errors, whichever is more) is a burst: the rate is cut to 95%
 // of the rate the server accepted in that window, its estimate of the
-// server's limit. The next window tests the cut: when the share fell, the
-// throttles came from load and the cut stays; when it did not fall, they did
-// not, and the rate before the cut comes back while the share of both
-// windows becomes the background. Quiet windows grow the rate: by 5% a
-// second near the last confirmed limit (to 10% above it), by 25% a second
-// elsewhere, until it reaches the ceiling or, without one, until it is twice
-// what the batch sends and limits nothing. A share above one half is never
-// taken for a background: a server that throttles most requests at any rate
-// is slowed down to, at the lowest, 1 request per second.
+// server's limit, measured between the window's first throttle and its
+// last, while the server was refusing, and only over the time the client
+// was sending (not while every item waited out a Retry-After). The next
+// window tests the cut: when the share fell, the throttles came from load
+// and the cut stays; when it did not fall, they did not, and the rate
+// before the cut comes back while the share of both windows becomes the
+// background. Quiet windows grow the rate: by 5% a second near the last
+// confirmed limit (to 10% above it), by 25% a second elsewhere, until it
+// reaches the ceiling or, without one, until the batch sends less than half
+// of it and it limits nothing. A share above one half is never taken for a
+// background: a server that throttles most requests at any rate is slowed
+// down to, at the lowest, 1 request per second ([AdaptiveLimiter.AtLowest]).
 //
 // A nil *AdaptiveLimiter is unlimited and ignores what it observes.
 // AdaptiveLimiter is safe for concurrent use by multiple goroutines.
@@ -133,6 +136,19 @@ func (l *AdaptiveLimiter) Rate() float64 {
 	return l.c.limit
 }
 
+// AtLowest reports whether the rate is as low as the limiter cuts it: 1
+// request per second, or the ceiling when that is lower. A server that
+// still throttles most requests then is not answered by slowing down; a
+// caller should bound its retries some other way. For a nil limiter, false.
+func (l *AdaptiveLimiter) AtLowest() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c.limit <= l.c.lowest()
+}
+
 // control is the adaptive limiter's state machine, a pure function of the
 // answers and the times they were observed.
 type control struct {
@@ -145,12 +161,14 @@ type control struct {
 	start     time.Time
 	answers   int
 	throttles int
-	// lastThrottle is when the window's last throttle came, and
-	// acceptedThen how many answers were not throttles by then: the rate
-	// the server accepted is measured up to it, not over a window whose
-	// end the client may have spent idle, waiting out Retry-After.
-	lastThrottle time.Time
-	acceptedThen int
+	// last is when the last answer came (of any window), and busy the
+	// window's time without its idle gaps (see idleGap).
+	last time.Time
+	busy time.Duration
+	// At the window's first and last throttles: the busy time so far and
+	// how many answers were not throttles. See acceptedRate.
+	busyFirst, busyLast         time.Duration
+	acceptedFirst, acceptedLast int
 
 	// A cut under test: the rate before it, the share and answers of the
 	// window that caused it, and the rate the server accepted then.
@@ -165,12 +183,19 @@ type control struct {
 // rate and whether it changed.
 func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 	if c.start.IsZero() {
-		c.start = now
+		c.start, c.last = now, now
 	}
+	if gap := now.Sub(c.last); gap <= c.idleGap() {
+		c.busy += gap
+	}
+	c.last = now
 	c.answers++
 	if throttled {
+		if c.throttles == 0 {
+			c.busyFirst, c.acceptedFirst = c.busy, c.answers-1
+		}
 		c.throttles++
-		c.lastThrottle, c.acceptedThen = now, c.answers-c.throttles
+		c.busyLast, c.acceptedLast = c.busy, c.answers-c.throttles
 	}
 	d := now.Sub(c.start)
 	if d < adaptWindow || c.answers < adaptAnswers {
@@ -180,11 +205,8 @@ func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 	n := c.answers
 	share := float64(c.throttles) / float64(n)
 	sent := float64(n) / secs
-	accepted := float64(n-c.throttles) / secs
-	if span := c.lastThrottle.Sub(c.start); c.throttles > 0 && span >= adaptWindow/5 {
-		accepted = float64(c.acceptedThen) / span.Seconds()
-	}
-	c.start, c.answers, c.throttles = now, 0, 0
+	accepted := c.acceptedRate()
+	c.start, c.answers, c.throttles, c.busy = now, 0, 0, 0
 	old := c.limit
 
 	if c.testing {
@@ -208,7 +230,7 @@ func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 		if accepted == 0 {
 			cut = sent / 2
 		}
-		c.limit = min(c.limit, max(cut, min(adaptLowest, c.ceiling)))
+		c.limit = min(c.limit, max(cut, c.lowest()))
 		return c.limit, c.limit != old
 	}
 
@@ -221,9 +243,45 @@ func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 			g = adaptSlow
 		}
 		c.limit *= 1 + g*secs
-		if c.limit >= c.ceiling || (math.IsInf(c.ceiling, 1) && c.limit > 2*sent) {
+		if c.limit >= c.ceiling || (math.IsInf(c.ceiling, 1) && old > 2*sent) {
 			c.limit = c.ceiling
 		}
 	}
 	return c.limit, c.limit != old
+}
+
+// lowest is the lowest rate a cut leaves.
+func (c *control) lowest() float64 { return min(adaptLowest, c.ceiling) }
+
+// idleGap is the longest gap between two answers that counts as busy
+// time: 100 ms, or four intervals at the current rate when that is longer.
+// A longer gap is a client with nothing to send (every item waiting out
+// Retry-After), not a server that accepts little.
+func (c *control) idleGap() time.Duration {
+	g := adaptWindow / 5
+	if !math.IsInf(c.limit, 1) {
+		g = max(g, time.Duration(4*float64(time.Second)/c.limit))
+	}
+	return g
+}
+
+// acceptedRate estimates the rate the server accepted during the window,
+// over its busy time: a client that sent nothing for a while (its items
+// waiting out Retry-After) says nothing about the server meanwhile.
+// Between the window's first throttle and its last the server was
+// refusing: what it accepted meanwhile is its limit (for a token bucket,
+// exactly its refill), not inflated by the burst it let through before the
+// first throttle. When the server accepted fewer than 10 answers in that
+// span, too few to measure (a server that counts writes per fixed interval
+// accepts none between its throttles), the estimate is what it accepted
+// over the window's busy time.
+func (c *control) acceptedRate() float64 {
+	busy := max(c.busy, time.Millisecond).Seconds()
+	whole := float64(c.answers-c.throttles) / busy
+	span := c.busyLast - c.busyFirst
+	between := c.acceptedLast - c.acceptedFirst
+	if c.throttles < 2 || span <= 0 || between < adaptAnswers/2 {
+		return whole
+	}
+	return float64(between) / span.Seconds()
 }

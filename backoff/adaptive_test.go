@@ -78,6 +78,76 @@ func simulate(l *AdaptiveLimiter, fc *fakeClock, srv simServer, capacity float64
 	return tally
 }
 
+// simulateBatch runs a batch of n items paced by l against srv on a fake
+// clock, a client that could send capacity requests a second when
+// unlimited: a throttled item is sent again once Retry-After (wait) has
+// passed, and at most pool items are under way at once (sent and not yet
+// accepted), as a batch bounds the items waiting to retry. So a client
+// that overshoots sits idle while its throttled items wait. It returns how
+// long the batch took and tallies the requests sent from the moment from
+// on.
+func simulateBatch(l *AdaptiveLimiter, fc *fakeClock, srv simServer, capacity float64, n, pool int, wait, from time.Duration) (time.Duration, simTally) {
+	const step = time.Millisecond
+	var (
+		tally  simTally
+		credit float64
+		wakes  []time.Duration // when each waiting item may be sent again
+		ready  int             // throttled items whose wait is over
+		fresh  = n             // items not yet sent
+		done   int
+		at     time.Duration
+	)
+	for ; done < n; at += step {
+		for len(wakes) > 0 && wakes[0] <= at {
+			wakes, ready = wakes[1:], ready+1
+		}
+		credit = min(credit+min(l.Rate(), capacity)*step.Seconds(), capacity*step.Seconds()+1)
+		for ; credit >= 1; credit-- {
+			switch {
+			case ready > 0:
+				ready--
+			case fresh > 0 && n-fresh-done < pool:
+				fresh--
+			default:
+				credit = min(credit, 1) // idle: nothing to send
+				goto next
+			}
+			throttled := srv(at)
+			l.Observe(throttled)
+			if throttled {
+				wakes = append(wakes, at+wait)
+			} else {
+				done++
+			}
+			if at >= from {
+				tally.sent++
+				if throttled {
+					tally.throttled++
+				}
+			}
+		}
+	next:
+		fc.Advance(step)
+	}
+	tally.secs = (at - from).Seconds()
+	return at, tally
+}
+
+func TestAdaptiveLimiterConvergesNearALoadLimitWhileRetriesWait(t *testing.T) {
+	for _, limit := range []float64{20, 400, 2000} {
+		t.Run(fmt.Sprintf("%v a second: a batch at least 90%% of the limit, at most 5%% throttled after 3 s", limit), func(t *testing.T) {
+			fc := newFakeClock(time.Now())
+			l := newAdaptiveLimiter(0, fc)
+			n := int(15 * limit)
+			took, late := simulateBatch(l, fc, loadLimit(limit), 5000, n, 264, time.Second, 3*time.Second)
+			rate := float64(n) / took.Seconds()
+			t.Logf("%d items in %v: %.1f/s, %.2f%% throttled after 3 s", n, took, rate, 100*late.share())
+			require.GreaterOrEqual(t, rate, 0.9*limit, "items a second, limit %v", limit)
+			require.LessOrEqual(t, late.share(), 0.05, "share throttled after 3 s, limit %v", limit)
+		})
+	}
+}
+
 func TestAdaptiveLimiterConvergesNearALoadLimit(t *testing.T) {
 	for _, limit := range []float64{20, 400, 2000} {
 		t.Run(fmt.Sprintf("%v a second accepted at least 90%%, at most 5%% throttled", limit), func(t *testing.T) {
@@ -136,8 +206,17 @@ func TestAdaptiveLimiterNeverExceedsItsCeiling(t *testing.T) {
 func TestAdaptiveLimiterCutsAtMostToOneRequestASecond(t *testing.T) {
 	fc := newFakeClock(time.Now())
 	l := newAdaptiveLimiter(0, fc)
+	require.False(t, l.AtLowest(), "at the start")
 	simulate(l, fc, func(time.Duration) bool { return true }, 3000, 120*time.Second, 0)
 	require.Equal(t, adaptLowest, l.Rate())
+	require.True(t, l.AtLowest(), "after two minutes of throttles")
+}
+
+func TestAdaptiveLimiterStartsAtItsLowestUnderACeilingOfOneRequestASecondOrLess(t *testing.T) {
+	for ceiling, lowest := range map[float64]bool{0.5: true, 1: true, 2: false, 0: false} {
+		l := newAdaptiveLimiter(ceiling, newFakeClock(time.Now()))
+		require.Equal(t, lowest, l.AtLowest(), "ceiling %v", ceiling)
+	}
 }
 
 func TestAdaptiveLimiterWaitsAtItsCurrentRate(t *testing.T) {
@@ -148,13 +227,13 @@ func TestAdaptiveLimiterWaitsAtItsCurrentRate(t *testing.T) {
 		require.NoError(t, l.Wait(ctx))
 	}
 	require.Equal(t, 0, fc.timerCount(), "unlimited: no waits")
-	// A window of 40 answers in one second, all throttled but 10: the
-	// server accepted 10 a second, so the rate is cut to 9.5.
-	for i := range 40 {
-		if i == 39 {
-			fc.Advance(time.Second)
+	// A window of 21 answers over half a second, all throttled but the
+	// first 5: the server accepted 10 a second, so the rate is cut to 9.5.
+	for i := range 21 {
+		if i > 0 {
+			fc.Advance(25 * time.Millisecond)
 		}
-		l.Observe(i >= 10)
+		l.Observe(i >= 5)
 	}
 	require.Equal(t, 9.5, l.Rate())
 	require.NoError(t, l.Wait(ctx), "the first request at the new rate goes at once")
@@ -170,6 +249,7 @@ func TestNilAdaptiveLimiterIsUnlimited(t *testing.T) {
 	l.Observe(true)
 	require.NoError(t, l.Wait(context.Background()))
 	require.True(t, math.IsInf(l.Rate(), 1))
+	require.False(t, l.AtLowest())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, l.Wait(ctx), context.Canceled)

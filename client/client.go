@@ -43,18 +43,24 @@ type Config struct {
 	// Rate limits requests per second (fractions allowed). 0 is the
 	// target's default: unlimited, except DataCiteRate under DataCite and
 	// InvenioRate under Invenio. A negative Rate is unlimited. Rate is a
-	// hard ceiling: the adaptive rate (AdaptiveRate) only ever lowers it.
+	// hard ceiling: the adaptive rate (see StaticRate) only ever lowers it.
 	Rate float64
-	// AdaptiveRate lets the rate of all of this client's requests adapt
+	// StaticRate keeps the rate of this client's requests at Rate (or
+	// unlimited) whatever the server answers. By default the rate adapts
 	// beneath Rate (backoff.AdaptiveLimiter): 429 and 503 answers whose
 	// share rises with the rate (a server's load limit) slow every deposit
 	// down to about the rate the server accepts, and successes bring the
 	// rate back; a share of throttles that does not fall at a lower rate is
 	// taken as the server's background and slows nothing. A throttle's
 	// retry then spends no retry budget: the lowered rate is what keeps
-	// retries from becoming a storm. Off by default while it reaches only
-	// about 70% of a server's limit.
-	AdaptiveRate bool
+	// retries from becoming a storm. Once the rate is as low as it goes (1
+	// request a second, or Rate when lower), throttles spend the budget
+	// again, and when it runs out the run stops with an error wrapping
+	// ErrStopRun and backoff.ErrBudgetExhausted: a server that throttles
+	// everything still ends the run. A static rate against a server's
+	// limit leaves most of a batch unresolved once the retry budget is
+	// spent; it suits a caller that paces requests itself.
+	StaticRate bool
 	// RetryFailed re-sends items recorded as failed instead of reporting the
 	// recorded failure again.
 	RetryFailed bool
@@ -203,7 +209,7 @@ type Client struct {
 	ownBudget   bool // budget is the default one, which Run may enlarge
 	header      http.Header
 	http        *http.Client
-	pace        *backoff.AdaptiveLimiter // nil unless AdaptiveRate
+	pace        *backoff.AdaptiveLimiter // nil under StaticRate
 	log         *slog.Logger
 	hooks       Hooks
 	retryFailed bool
@@ -281,7 +287,7 @@ func New(cfg Config) (*Client, error) {
 	if m, ok := cfg.Store.(manyClaimer); ok {
 		c.claims = &claims{store: m, lease: c.leases.lease}
 	}
-	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, cfg.AdaptiveRate)
+	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
 		SecretFingerprint: drv.secretFingerprint()}

@@ -205,7 +205,10 @@ func (x *exchange) settled() {
 // throttle's retry spends no retry budget either: the rate, which throttles
 // lower for the whole batch, is what keeps their retries from becoming a
 // storm, and a batch's first seconds against a server's limit would
-// otherwise drain the budget before the rate has adapted.
+// otherwise drain the budget before the rate has adapted. Once the rate is
+// as low as it goes, throttles spend the budget again, and when it runs out
+// the run stops (ErrStopRun): a server that throttles every request even
+// then would otherwise be crawled at a request a second, item after item.
 func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duration) (time.Duration, error) {
 	stop := func(e error) (time.Duration, error) { x.stopped = e; return 0, e }
 	select {
@@ -233,9 +236,12 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 					backoff.ErrElapsedExhausted, wait, elapsed.Round(time.Millisecond), limit))
 			}
 		}
-	} else if x.c.pace == nil || !throttled(a, classRetry) {
+	} else if paced := x.c.pace != nil && throttled(a, classRetry); !paced || x.c.pace.AtLowest() {
 		timeout := a.err != nil && isTimeout(a.err)
 		if berr := x.c.budget.Spend(timeout); berr != nil {
+			if paced {
+				return stop(fmt.Errorf("%w: throttled at the lowest adaptive rate: %w", ErrStopRun, berr))
+			}
 			return stop(berr)
 		}
 		x.spent, x.spentTimeout = true, timeout
@@ -304,6 +310,8 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 				return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
 			case cls == classCanceled:
 				return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
+			case errors.Is(x.stopped, ErrStopRun):
+				return f, fmt.Errorf("%w: read-back after %d attempts: %w", x.stopped, x.requests, herr)
 			case x.stopped != nil:
 				return f, fmt.Errorf("%w: read-back after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, herr)
 			default:
@@ -323,13 +331,17 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 }
 
 // unresolved is the error of a step whose retrying stopped at last (an
-// *HTTPError, or what the transport said).
+// *HTTPError, or what the transport said): ErrUnresolved, or ErrStopRun
+// when what stopped it concerns every item.
 func (x *exchange) unresolved(last error) error {
 	if x.stopped == nil {
 		return fmt.Errorf("%w: %w", ErrUnresolved, last)
 	}
 	if errors.Is(x.stopped, ErrInterrupted) {
 		return fmt.Errorf("%w: %w", ErrInterrupted, last)
+	}
+	if errors.Is(x.stopped, ErrStopRun) {
+		return fmt.Errorf("%w after %d attempts: %w", x.stopped, x.requests, last)
 	}
 	return fmt.Errorf("%w after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, last)
 }

@@ -120,7 +120,7 @@ func benchBatch(b *testing.B, srv *repotest.Server, n, conc int, static bool) ba
 		start time.Time
 	)
 	c, err := New(Config{
-		Target: Put{Endpoint: srv.URL}, Store: store, AdaptiveRate: !static,
+		Target: Put{Endpoint: srv.URL}, Store: store, StaticRate: static,
 		Retry: backoff.Policy{MaxAttempts: 10},
 		Hooks: Hooks{OnRequest: func(e RequestEvent) {
 			if e.Method != http.MethodPut {

@@ -131,7 +131,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
-	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", false, "let the send rate follow the server's 429s and 503s, beneath --rate (see the README)")
+	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see the README)")
 	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
 	fs.StringVar(&o.datasets, "datasets", "", "deposit datasets: each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`; the key covers the files' bytes")
 	fs.Int64Var(&o.maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes; a longer line is invalid")
@@ -282,18 +282,18 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	defer prog.stop()
 
 	cl, err := client.New(client.Config{
-		Target:       target,
-		Store:        store,
-		Form:         form,
-		Ignore:       o.ignore,
-		Retry:        backoff.Policy{Cap: batchBackoffCap, RetryAfterCap: 20 * time.Second, MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
-		Rate:         o.rate,
-		RetryFailed:  o.retryFailed,
-		Lease:        o.lease,
-		AdaptiveRate: o.adaptiveRate,
-		Header:       header,
-		Logger:       slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:        client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
+		Target:      target,
+		Store:       store,
+		Form:        form,
+		Ignore:      o.ignore,
+		Retry:       backoff.Policy{Cap: batchBackoffCap, RetryAfterCap: 20 * time.Second, MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
+		Rate:        o.rate,
+		RetryFailed: o.retryFailed,
+		Lease:       o.lease,
+		StaticRate:  !o.adaptiveRate,
+		Header:      header,
+		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
+		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
 	})
 	switch {
 	case errors.Is(err, client.ErrSettingsMismatch):
