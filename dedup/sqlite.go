@@ -354,8 +354,15 @@ const (
 	sqlGet = "SELECT " + recordCols + " FROM records WHERE target = ?1 AND key = ?2"
 	// sqlGetMany takes the keys as one JSON array.
 	sqlGetMany = "SELECT " + lookupCols + " FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2))"
-	sqlGetDone = "SELECT key, outcome, identifier, status FROM records WHERE target = ?1 AND key IN (SELECT value FROM json_each(?2)) AND state = 'done'"
-	sqlInsert  = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
+	// sqlGetDone takes the keys as one JSON array and returns the index in
+	// it of each key that is done. Walking the array and seeking each key
+	// (CROSS JOIN fixes that order) costs a third less than key IN
+	// (SELECT ...), which first builds a sorted temporary index of the keys,
+	// and the index spares copying each key back.
+	sqlGetDone = `SELECT j.key, r.outcome, r.identifier, r.status
+		FROM json_each(?2) AS j CROSS JOIN records AS r ON r.target = ?1 AND r.key = j.value
+		WHERE r.state = 'done'`
+	sqlInsert = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
 		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4)
 		ON CONFLICT (target, key) DO NOTHING`
 	sqlBegin = `INSERT INTO records (target, key, state, body, attempts, created_at, updated_at)
@@ -580,11 +587,19 @@ func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string) (
 	}
 	defer rows.Close()
 	for rows.Next() {
-		r := Record{Target: target, State: StateDone}
-		if err := rows.Scan(&r.Key, &r.Outcome, &r.Identifier, &r.Status); err != nil {
+		// Scanning into int64 and string is a plain assignment; an int or
+		// an Outcome would go through reflection, an int through text.
+		var (
+			i, status      int64
+			outcome, ident string
+		)
+		if err := rows.Scan(&i, &outcome, &ident, &status); err != nil {
 			return nil, fmt.Errorf("dedup: lookup: %w", err)
 		}
-		out[r.Key] = r
+		if i < 0 || i >= int64(len(keys)) {
+			return nil, fmt.Errorf("dedup: lookup: key index %d of %d", i, len(keys))
+		}
+		out[keys[i]] = Record{Target: target, Key: keys[i], State: StateDone, Outcome: Outcome(outcome), Identifier: ident, Status: int(status)}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("dedup: lookup: %w", err)
