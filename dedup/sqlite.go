@@ -565,27 +565,32 @@ func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (
 	return out, nil
 }
 
-// LookupDone returns the records among keys that are done, in one query,
-// with only Target, Key, State, Outcome, Identifier and Status set: what
-// answering a finished key needs, a third of a row's columns. Keys that are
-// not done, or have no record, are absent from the map.
-func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string) (map[string]Record, error) {
+// LookupDone appends to dst one record for each of keys, in their order,
+// and returns the extended slice: the key's record when it is done, with
+// only Target, Key, State, Outcome, Identifier and Status set (what
+// answering a finished key needs, a third of a row's columns), else the
+// zero Record. It reads them in one query. Appending to a slice the caller
+// keeps, rather than filling a map, spares a replay of many keys an
+// allocation per key.
+func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string, dst []Record) ([]Record, error) {
 	if s.isClosed.Load() {
-		return nil, ErrClosed
+		return dst, ErrClosed
 	}
-	out := make(map[string]Record, len(keys))
 	if len(keys) == 0 {
-		return out, nil
+		return dst, nil
 	}
 	list, err := json.Marshal(keys)
 	if err != nil {
-		return nil, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
+		return dst, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
 	}
 	rows, err := s.stLookupDone.QueryContext(ctx, target, string(list))
 	if err != nil {
-		return nil, fmt.Errorf("dedup: lookup: %w", err)
+		return dst, fmt.Errorf("dedup: lookup: %w", err)
 	}
 	defer rows.Close()
+	base := len(dst)
+	dst = append(dst, make([]Record, len(keys))...)
+	out := dst[base:]
 	for rows.Next() {
 		// Scanning into int64 and string is a plain assignment; an int or
 		// an Outcome would go through reflection, an int through text.
@@ -594,17 +599,17 @@ func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string) (
 			outcome, ident string
 		)
 		if err := rows.Scan(&i, &outcome, &ident, &status); err != nil {
-			return nil, fmt.Errorf("dedup: lookup: %w", err)
+			return dst[:base], fmt.Errorf("dedup: lookup: %w", err)
 		}
 		if i < 0 || i >= int64(len(keys)) {
-			return nil, fmt.Errorf("dedup: lookup: key index %d of %d", i, len(keys))
+			return dst[:base], fmt.Errorf("dedup: lookup: key index %d of %d", i, len(keys))
 		}
-		out[keys[i]] = Record{Target: target, Key: keys[i], State: StateDone, Outcome: Outcome(outcome), Identifier: ident, Status: int(status)}
+		out[i] = Record{Target: target, Key: keys[i], State: StateDone, Outcome: Outcome(outcome), Identifier: ident, Status: int(status)}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("dedup: lookup: %w", err)
+		return dst[:base], fmt.Errorf("dedup: lookup: %w", err)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // Begin records the intent to send a request for key; see Store.

@@ -53,11 +53,12 @@ func TestLookupDoneReturnsOnlyDoneKeys(t *testing.T) {
 	_, err = s.Complete(ctx, "other", "elsewhere", Confirmation{Outcome: OutcomeCreated, Identifier: "10.5072/y", Status: 201})
 	require.NoError(t, err)
 
-	got, err := s.LookupDone(ctx, target, []string{"pending", "failed", "done", "done", "elsewhere", "missing"})
+	earlier := []Record{{Key: "kept"}}
+	got, err := s.LookupDone(ctx, target, []string{"pending", "failed", "done", "done", "elsewhere", "missing"}, earlier)
 	require.NoError(t, err)
-	require.Equal(t, map[string]Record{"done": {Target: target, Key: "done", State: StateDone,
-		Outcome: OutcomeExisting, Identifier: "10.5072/x", Status: 200}}, got)
-	got, err = s.LookupDone(ctx, target, nil)
+	done := Record{Target: target, Key: "done", State: StateDone, Outcome: OutcomeExisting, Identifier: "10.5072/x", Status: 200}
+	require.Equal(t, []Record{{Key: "kept"}, {}, {}, done, done, {}, {}}, got, "one record per key, in order, after those given")
+	got, err = s.LookupDone(ctx, target, nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, got)
 }
