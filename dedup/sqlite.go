@@ -543,11 +543,7 @@ func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (
 	if len(keys) == 0 {
 		return out, nil
 	}
-	list, err := json.Marshal(keys)
-	if err != nil {
-		return nil, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
-	}
-	rows, err := s.stLookupMany.QueryContext(ctx, target, string(list))
+	rows, err := s.stLookupMany.QueryContext(ctx, target, jsonStrings(keys))
 	if err != nil {
 		return nil, fmt.Errorf("dedup: lookup: %w", err)
 	}
@@ -565,6 +561,45 @@ func (s *SQLite) LookupMany(ctx context.Context, target string, keys []string) (
 	return out, nil
 }
 
+// jsonStrings is keys as a JSON array, the text the look-up queries read
+// with json_each, in one allocation: a key of printable ASCII other than
+// a quote or a backslash (a hex digest, say) is written as it is, any
+// other is escaped by encoding/json.
+func jsonStrings(keys []string) string {
+	n := 2
+	for _, k := range keys {
+		n += len(k) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteByte('[')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if !plainJSON(k) {
+			q, _ := json.Marshal(k) // a string always encodes
+			b.Write(q)
+			continue
+		}
+		b.WriteByte('"')
+		b.WriteString(k)
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// plainJSON reports whether s is a JSON string's content as it is.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // LookupDone appends to dst one record for each of keys, in their order,
 // and returns the extended slice: the key's record when it is done, with
 // only Target, Key, State, Outcome, Identifier and Status set (what
@@ -579,11 +614,7 @@ func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string, d
 	if len(keys) == 0 {
 		return dst, nil
 	}
-	list, err := json.Marshal(keys)
-	if err != nil {
-		return dst, fmt.Errorf("%w: keys: %v", ErrInvalidArgument, err)
-	}
-	rows, err := s.stLookupDone.QueryContext(ctx, target, string(list))
+	rows, err := s.stLookupDone.QueryContext(ctx, target, jsonStrings(keys))
 	if err != nil {
 		return dst, fmt.Errorf("dedup: lookup: %w", err)
 	}
@@ -591,13 +622,14 @@ func (s *SQLite) LookupDone(ctx context.Context, target string, keys []string, d
 	base := len(dst)
 	dst = append(dst, make([]Record, len(keys))...)
 	out := dst[base:]
+	// Scanning into int64 and string is a plain assignment; an int or an
+	// Outcome would go through reflection, an int through text. Declared
+	// once, the four are allocated once, not for every row.
+	var (
+		i, status      int64
+		outcome, ident string
+	)
 	for rows.Next() {
-		// Scanning into int64 and string is a plain assignment; an int or
-		// an Outcome would go through reflection, an int through text.
-		var (
-			i, status      int64
-			outcome, ident string
-		)
 		if err := rows.Scan(&i, &outcome, &ident, &status); err != nil {
 			return dst[:base], fmt.Errorf("dedup: lookup: %w", err)
 		}
