@@ -115,6 +115,10 @@ func (a *lookAhead) run(queue <-chan Item) {
 			a.gather(queue)
 		}
 		a.keyed = a.keyed[:0]
+		// The group's keys share one allocation, new for each group (the
+		// jobs passed on keep theirs), and never moved: its capacity is
+		// the group's.
+		keys := make([]canonical.Keyed, 0, len(a.items))
 		for _, it := range a.items {
 			if it.Dataset != nil { // its key reads files: a worker's job
 				a.pass(job{it: it})
@@ -125,7 +129,8 @@ func (a *lookAhead) run(queue <-chan Item) {
 				a.report(*r)
 				continue
 			}
-			a.keyed = append(a.keyed, job{it: it, k: &k})
+			keys = append(keys, k)
+			a.keyed = append(a.keyed, job{it: it, k: &keys[len(keys)-1]})
 		}
 		if len(a.keyed) == 0 {
 			continue
