@@ -157,6 +157,18 @@ func (a *lookAhead) gather(queue <-chan Item) {
 	t := time.NewTimer(groupWait)
 	defer t.Stop()
 	for len(a.items) < a.group {
+		// An item already offered is taken without the three-way select,
+		// which locks all three channels: gathering a group of a batch
+		// read from a file is mostly that.
+		select {
+		case it, ok := <-queue:
+			if !ok {
+				return
+			}
+			a.items = append(a.items, it)
+			continue
+		default:
+		}
 		select {
 		case it, ok := <-queue:
 			if !ok {
