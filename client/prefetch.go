@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
@@ -32,10 +33,11 @@ const (
 )
 
 // doneLooker is a store that looks up only the done rows among keys, and
-// reads only what answering them needs; *dedup.SQLite is one. With a
+// reads only what answering them needs, appending one record per key to
+// dst (the zero Record for a key not done); *dedup.SQLite is one. With a
 // store that is not, the look-ahead uses LookupMany.
 type doneLooker interface {
-	LookupDone(ctx context.Context, target string, keys []string) (map[string]dedup.Record, error)
+	LookupDone(ctx context.Context, target string, keys []string, dst []dedup.Record) ([]dedup.Record, error)
 }
 
 // job is an item on its way to a worker, with its key when the look-ahead
@@ -60,6 +62,48 @@ type lookAhead struct {
 	group, skip, backoff int
 	items                []Item
 	keyed                []job
+
+	// What answer looks up, kept from group to group so that a group
+	// allocates nothing per item: the steps of each job, one query per
+	// store target, the rows the jobs ask for (in job order), and the
+	// records the queries returned.
+	steps   [][]step
+	queries []query
+	asks    []ask
+	recs    []dedup.Record
+}
+
+// query is the look-up of one store target for a group: its keys, and
+// whether rows count in any state (a recheck's) or only when done.
+type query struct {
+	target string
+	full   bool
+	keys   []string
+	first  int // index in lookAhead.recs of the record of keys[0]
+}
+
+// ask is one row a job's steps need: its target and key, where the answer
+// will be (query q, key at), and then the record (nil when there is none,
+// or, for a query that is not full, it is not done).
+type ask struct {
+	job         int
+	target, key string
+	q, at       int
+	rec         *dedup.Record
+}
+
+// found are the asks of one job; get returns the record of a row, nil
+// when there is none. A deposit has a handful of steps, so a scan beats a
+// map.
+type found []ask
+
+func (f found) get(target, key string) *dedup.Record {
+	for i := range f {
+		if f[i].target == target && f[i].key == key {
+			return f[i].rec
+		}
+	}
+	return nil
 }
 
 // run takes items from queue until it is closed.
@@ -71,6 +115,10 @@ func (a *lookAhead) run(queue <-chan Item) {
 			a.gather(queue)
 		}
 		a.keyed = a.keyed[:0]
+		// The group's keys share one allocation, new for each group (the
+		// jobs passed on keep theirs), and never moved: its capacity is
+		// the group's.
+		keys := make([]canonical.Keyed, 0, len(a.items))
 		for _, it := range a.items {
 			if it.Dataset != nil { // its key reads files: a worker's job
 				a.pass(job{it: it})
@@ -81,7 +129,8 @@ func (a *lookAhead) run(queue <-chan Item) {
 				a.report(*r)
 				continue
 			}
-			a.keyed = append(a.keyed, job{it: it, k: &k})
+			keys = append(keys, k)
+			a.keyed = append(a.keyed, job{it: it, k: &keys[len(keys)-1]})
 		}
 		if len(a.keyed) == 0 {
 			continue
@@ -108,6 +157,18 @@ func (a *lookAhead) gather(queue <-chan Item) {
 	t := time.NewTimer(groupWait)
 	defer t.Stop()
 	for len(a.items) < a.group {
+		// An item already offered is taken without the three-way select,
+		// which locks all three channels: gathering a group of a batch
+		// read from a file is mostly that.
+		select {
+		case it, ok := <-queue:
+			if !ok {
+				return
+			}
+			a.items = append(a.items, it)
+			continue
+		default:
+		}
 		select {
 		case it, ok := <-queue:
 			if !ok {
@@ -141,46 +202,41 @@ func (a *lookAhead) pass(j job) {
 func (a *lookAhead) answer(jobs []job) (missed int) {
 	c := a.c
 	_, seeds := c.target.(seeder)
-	steps := make([][]step, len(jobs))
-	keys := map[string][]string{} // target -> keys
-	full := map[string]bool{}     // targets whose rows are needed in any state
+	a.steps, a.queries, a.asks, a.recs = a.steps[:0], a.queries[:0], a.asks[:0], a.recs[:0]
 	for i, j := range jobs {
 		ss, err := c.target.steps(*j.k, "")
 		if err != nil {
-			continue // the engine reports it
+			ss = nil // the engine reports it
 		}
-		steps[i] = ss
+		a.steps = append(a.steps, ss)
 		for _, s := range ss {
 			if s.durable {
-				keys[s.target] = append(keys[s.target], s.key)
+				a.ask(i, s.target, s.key, false)
 			}
 			if seeds && s.recheck != "" && s.check != nil {
-				keys[s.recheck] = append(keys[s.recheck], s.key)
-				full[s.recheck] = true
+				a.ask(i, s.recheck, s.key, true)
 			}
 		}
 	}
 	// A step's row counts only when done; a recheck's row in any state.
-	done, _ := c.store.(doneLooker)
-	recs := make(map[dedup.Ref]*dedup.Record, len(jobs))
-	for target, ks := range keys {
-		look := c.store.LookupMany
-		if done != nil && !full[target] {
-			look = done.LookupDone
+	if a.look() {
+		for i := range a.asks {
+			q := &a.queries[a.asks[i].q]
+			if rec := &a.recs[q.first+a.asks[i].at]; rec.State != "" {
+				a.asks[i].rec = rec
+			}
 		}
-		got, err := look(a.ctx, target, ks)
-		if err != nil {
-			// The engine meets the error again and stops the batch.
-			clear(steps)
-			break
-		}
-		for key, rec := range got {
-			recs[dedup.Ref{Target: target, Key: key}] = &rec
-		}
+	} else {
+		// The engine meets the error again and stops the batch.
+		clear(a.steps)
 	}
-	lookup := func(target, key string) *dedup.Record { return recs[dedup.Ref{Target: target, Key: key}] }
+	next := 0
 	for i, j := range jobs {
-		if res, ok := c.finished(j.k.Key, steps[i], lookup); ok {
+		from := next
+		for next < len(a.asks) && a.asks[next].job == i {
+			next++
+		}
+		if res, ok := c.finished(j.k.Key, a.steps[i], found(a.asks[from:next])); ok {
 			a.report(ItemResult{Line: j.it.Line, Result: res})
 			continue
 		}
@@ -190,17 +246,57 @@ func (a *lookAhead) answer(jobs []job) (missed int) {
 	return missed
 }
 
+// ask adds the row (target, key) to the look-ups of job; full says that
+// the row counts in any state.
+func (a *lookAhead) ask(job int, target, key string, full bool) {
+	q := 0
+	for q < len(a.queries) && a.queries[q].target != target {
+		q++
+	}
+	if q == len(a.queries) {
+		a.queries = append(a.queries, query{target: target})
+	}
+	a.queries[q].full = a.queries[q].full || full
+	a.queries[q].keys = append(a.queries[q].keys, key)
+	a.asks = append(a.asks, ask{job: job, target: target, key: key, q: q, at: len(a.queries[q].keys) - 1})
+}
+
+// look runs the queries, appending one record per key to a.recs; false if
+// one failed.
+func (a *lookAhead) look() bool {
+	c := a.c
+	done, _ := c.store.(doneLooker)
+	for i := range a.queries {
+		q := &a.queries[i]
+		q.first = len(a.recs)
+		if done != nil && !q.full {
+			var err error
+			if a.recs, err = done.LookupDone(a.ctx, q.target, q.keys, a.recs); err != nil {
+				return false
+			}
+			continue
+		}
+		got, err := c.store.LookupMany(a.ctx, q.target, q.keys)
+		if err != nil {
+			return false
+		}
+		for _, key := range q.keys {
+			a.recs = append(a.recs, got[key]) // the zero Record when absent
+		}
+	}
+	return true
+}
+
 // finished is the result of the deposit of key with steps when the rows
-// lookup returns show it finished: its last step durable and done, which
-// means every step before it is (steps run in order), its primary step
-// done, and no recheck noted for it still open. It is the result
-// runStepsOnce gives when its look-ups find the same rows. ok is false
-// otherwise.
-func (c *Client) finished(key string, steps []step, lookup func(target, key string) *dedup.Record) (_ Result, ok bool) {
+// f holds show it finished: its last step durable and done, which means
+// every step before it is (steps run in order), its primary step done, and
+// no recheck noted for it still open. It is the result runStepsOnce gives
+// when its look-ups find the same rows. ok is false otherwise.
+func (c *Client) finished(key string, steps []step, f found) (_ Result, ok bool) {
 	if len(steps) == 0 {
 		return Result{}, false
 	}
-	if s := steps[len(steps)-1]; !s.durable || !isDone(lookup(s.target, s.key)) {
+	if s := steps[len(steps)-1]; !s.durable || !isDone(f.get(s.target, s.key)) {
 		return Result{}, false
 	}
 	_, seeds := c.target.(seeder)
@@ -208,14 +304,14 @@ func (c *Client) finished(key string, steps []step, lookup func(target, key stri
 	prior := make([]string, len(steps))
 	for i, s := range steps {
 		if seeds && s.recheck != "" && s.check != nil {
-			if rec := lookup(s.recheck, s.key); rec != nil && rec.State != dedup.StateDone {
+			if rec := f.get(s.recheck, s.key); rec != nil && rec.State != dedup.StateDone {
 				return Result{}, false // prepare looks again
 			}
 		}
 		if !s.durable {
 			continue
 		}
-		rec := lookup(s.target, s.key)
+		rec := f.get(s.target, s.key)
 		if rec != nil {
 			prior[i] = rec.Identifier
 		}
@@ -226,8 +322,14 @@ func (c *Client) finished(key string, steps []step, lookup func(target, key stri
 	if !isDone(primary) {
 		return Result{}, false
 	}
-	r := &runDeposit{c: c, key: key, res: Result{Key: key}}
-	r.replay(*primary)
+	r := runDeposit{c: c, key: key, res: Result{Key: key}}
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.replay(*primary) // logs the replay as the engine does
+	} else {
+		// What replay sets, without its log line's redacted identifier:
+		// parsing a URL per key is about 5% of a replay's CPU time.
+		r.res.Identifier, r.res.Outcome, r.res.Status = primary.Identifier, OutcomeReplayed, primary.Status
+	}
 	r.noteRecordID(steps, prior)
 	return r.res, true
 }

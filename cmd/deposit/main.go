@@ -44,6 +44,7 @@ const (
 )
 
 func main() {
+	tuneGC(os.Getenv)
 	ctx, stop := signalContext()
 	code := realMain(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
 	stop()
