@@ -2,8 +2,6 @@ package dedup
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -189,22 +187,9 @@ func runLeaseTests(t *testing.T, open func(t *testing.T) leaseStore) {
 // version: its rows are kept and can be leased.
 func TestVersionOneStoreGainsLeases(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
-	db, err := sql.Open(driverName, path)
-	require.NoError(t, err)
-	ms := loadMigrations()
-	for _, q := range []string{
-		"CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT",
-		ms[0].sql,
-		fmt.Sprintf("INSERT INTO schema_migrations VALUES (1, '%s', 1)", ms[0].name),
+	writeOldStore(t, path, 1,
 		"INSERT INTO records (target, key, state, outcome, identifier, status, attempts, created_at, updated_at) VALUES ('t', 'done1', 'done', 'created', 'id-1', 201, 1, 1, 1)",
-		"INSERT INTO records (target, key, state, attempts, created_at, updated_at) VALUES ('t', 'pending1', 'pending', 1, 1, 1)",
-		fmt.Sprintf("PRAGMA application_id = %d", applicationID),
-		"PRAGMA user_version = 1",
-	} {
-		_, err := db.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, db.Close())
+		"INSERT INTO records (target, key, state, attempts, created_at, updated_at) VALUES ('t', 'pending1', 'pending', 1, 1, 1)")
 
 	s, err := Open(path)
 	require.NoError(t, err)

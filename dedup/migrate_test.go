@@ -15,29 +15,13 @@ import (
 // every row, and its table still refuses what the constraints forbid.
 func TestVersionTwoStoreKeepsEveryColumnAndConstraint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v2.db")
-	db, err := sql.Open(driverName, path)
-	require.NoError(t, err)
-	ms := loadMigrations()
-	require.GreaterOrEqual(t, len(ms), 3)
-	stmts := []string{"CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT"}
-	for _, m := range ms[:2] {
-		stmts = append(stmts, m.sql, fmt.Sprintf("INSERT INTO schema_migrations VALUES (%d, '%s', 1)", m.version, m.name))
-	}
-	stmts = append(stmts,
+	writeOldStore(t, path, 2,
 		`INSERT INTO records (target, key, state, outcome, identifier, status, problem, body, attempts, created_at, updated_at, lease_owner, lease_expires)
 			VALUES ('t', 'done1', 'done', 'created', 'id-1', 201, '', X'7B7D', 2, 10, 20, 'owner-a', 0)`,
 		`INSERT INTO records (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
 			VALUES ('t', 'pending1', 'pending', X'7B2278223A317D', 3, 11, 21, 'owner-b', 4102444800000000)`,
 		`INSERT INTO records (target, key, state, status, problem, attempts, created_at, updated_at)
-			VALUES ('t', 'failed1', 'failed', 422, 'bad title', 1, 12, 22)`,
-		fmt.Sprintf("PRAGMA application_id = %d", applicationID),
-		"PRAGMA user_version = 2",
-	)
-	for _, q := range stmts {
-		_, err := db.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, db.Close())
+			VALUES ('t', 'failed1', 'failed', 422, 'bad title', 1, 12, 22)`)
 
 	s, err := Open(path)
 	require.NoError(t, err)
@@ -83,19 +67,10 @@ func TestVersionTwoStoreKeepsEveryColumnAndConstraint(t *testing.T) {
 //
 //	go test -run '^$' -bench MigrateFromVersionTwo -benchtime 3x ./dedup
 func BenchmarkMigrateFromVersionTwo(b *testing.B) {
-	ms := loadMigrations()
 	for range b.N {
 		b.StopTimer()
 		path := filepath.Join(b.TempDir(), "v2.db")
-		db, err := sql.Open(driverName, path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		stmts := []string{"CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT"}
-		for _, m := range ms[:2] {
-			stmts = append(stmts, m.sql, fmt.Sprintf("INSERT INTO schema_migrations VALUES (%d, '%s', 1)", m.version, m.name))
-		}
-		stmts = append(stmts, fmt.Sprintf(`
+		writeOldStore(b, path, 2, fmt.Sprintf(`
 			WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < %d)
 			INSERT INTO records (target, key, state, outcome, identifier, status, body, attempts, created_at, updated_at)
 			SELECT 't', printf('%%064x', i),
@@ -105,17 +80,7 @@ func BenchmarkMigrateFromVersionTwo(b *testing.B) {
 				CASE WHEN i %% 5 = 0 THEN 0 ELSE 201 END,
 				CAST('{"title":"record ' || i || '","creators":["A. Author"]}' AS BLOB),
 				1, 1767225600000000, 1767225600000000
-			FROM n`, benchRows),
-			fmt.Sprintf("PRAGMA application_id = %d", applicationID),
-			"PRAGMA user_version = 2")
-		for _, q := range stmts {
-			if _, err := db.Exec(q); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := db.Close(); err != nil {
-			b.Fatal(err)
-		}
+			FROM n`, benchRows))
 		b.StartTimer()
 		s, err := Open(path)
 		if err != nil {
@@ -125,4 +90,25 @@ func BenchmarkMigrateFromVersionTwo(b *testing.B) {
 		s.Close()
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/upgrade")
+}
+
+// writeOldStore writes at path a store of an older schema version: the
+// first version migrations, then the statements given.
+func writeOldStore(tb testing.TB, path string, version int, stmts ...string) {
+	tb.Helper()
+	db, err := sql.Open(driverName, path)
+	require.NoError(tb, err)
+	ms := loadMigrations()
+	require.Less(tb, version, len(ms)+1)
+	all := []string{"CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT"}
+	for _, m := range ms[:version] {
+		all = append(all, m.sql, fmt.Sprintf("INSERT INTO schema_migrations VALUES (%d, '%s', 1)", m.version, m.name))
+	}
+	all = append(all, stmts...)
+	all = append(all, fmt.Sprintf("PRAGMA application_id = %d", applicationID), fmt.Sprintf("PRAGMA user_version = %d", version))
+	for _, q := range all {
+		_, err := db.Exec(q)
+		require.NoError(tb, err, q)
+	}
+	require.NoError(tb, db.Close())
 }

@@ -404,6 +404,18 @@ const pgRecordCols = "target, key, state, outcome, identifier, status, problem, 
 // pgLookupCols are pgRecordCols with NULL for body, for LookupMany.
 const pgLookupCols = "target, key, state, outcome, identifier, status, problem, NULL::bytea, attempts, created_at, updated_at, lease_owner, lease_expires"
 
+// pgClaimConflict ends the claim statements: an existing row takes the
+// claimer's lease unless another owner's lease is live by the server's
+// clock, and only a pending row counts one more attempt.
+const pgClaimConflict = `
+			ON CONFLICT (target, key) DO UPDATE SET
+				attempts = r.attempts + CASE WHEN r.state = 'pending' THEN 1 ELSE 0 END,
+				body = CASE WHEN r.state = 'pending' THEN coalesce(r.body, excluded.body) ELSE r.body END,
+				updated_at = CASE WHEN r.state = 'pending' THEN excluded.updated_at ELSE r.updated_at END,
+				lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
+			WHERE r.lease_expires IS NULL OR r.lease_owner = excluded.lease_owner OR r.lease_expires <= now()
+			RETURNING ` + pgRecordCols
+
 // pgQueries are the store's statements, written for its schema.
 type pgQueries struct {
 	marker, version, migrated                                     string
@@ -471,27 +483,13 @@ func newPGQueries(quoted string) pgQueries {
 		// a pending row counts one more attempt. $5 is the TTL in
 		// microseconds.
 		claim: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
-			VALUES ($1, $2, 'pending', $3, 1, now(), now(), $4, now() + $5::bigint * interval '1 microsecond')
-			ON CONFLICT (target, key) DO UPDATE SET
-				attempts = r.attempts + CASE WHEN r.state = 'pending' THEN 1 ELSE 0 END,
-				body = CASE WHEN r.state = 'pending' THEN coalesce(r.body, excluded.body) ELSE r.body END,
-				updated_at = CASE WHEN r.state = 'pending' THEN excluded.updated_at ELSE r.updated_at END,
-				lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
-			WHERE r.lease_expires IS NULL OR r.lease_owner = excluded.lease_owner OR r.lease_expires <= now()
-			RETURNING ` + pgRecordCols),
+			VALUES ($1, $2, 'pending', $3, 1, now(), now(), $4, now() + $5::bigint * interval '1 microsecond')` + pgClaimConflict),
 		// claimMany is claim for the rows ($1, $2) with the bodies $5, in
 		// the order given; $3 is the owner, $4 the TTL in microseconds.
 		claimMany: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
 			SELECT u.target, u.key, 'pending', u.body, 1, now(), now(), $3, now() + $4::bigint * interval '1 microsecond'
 			FROM unnest($1::text[], $2::text[], $5::bytea[]) WITH ORDINALITY AS u(target, key, body, n)
-			ORDER BY u.n
-			ON CONFLICT (target, key) DO UPDATE SET
-				attempts = r.attempts + CASE WHEN r.state = 'pending' THEN 1 ELSE 0 END,
-				body = CASE WHEN r.state = 'pending' THEN coalesce(r.body, excluded.body) ELSE r.body END,
-				updated_at = CASE WHEN r.state = 'pending' THEN excluded.updated_at ELSE r.updated_at END,
-				lease_owner = excluded.lease_owner, lease_expires = excluded.lease_expires
-			WHERE r.lease_expires IS NULL OR r.lease_owner = excluded.lease_owner OR r.lease_expires <= now()
-			RETURNING ` + pgRecordCols),
+			ORDER BY u.n` + pgClaimConflict),
 		// renew locks the rows in key order, the order every statement
 		// that writes many rows takes them in, so that two processes'
 		// writes never wait for each other in a cycle.
