@@ -54,13 +54,14 @@ type BatchOptions struct {
 	Concurrency int
 	// Waiting bounds the items that may wait for a retry at once, beyond
 	// those in flight; reading items pauses while that many wait, so memory
-	// stays flat. Items beyond Concurrency are taken up only as others start
-	// to wait, so a batch stopped by its first answers has begun few. 0
-	// means 128 × Concurrency (an item waiting out a 1 s Retry-After is
-	// one of many: fewer, and the batch is bound by how many may wait); a
-	// negative Waiting means none: with
-	// Concurrency 1 the items then run strictly one after another, in input
-	// order.
+	// stays flat. Until the endpoint has accepted a deposit, items beyond
+	// Concurrency are taken up only as others start to wait, so a batch
+	// stopped by its first answers has begun few; after that, 3 more per
+	// slot record their intents while others are sent. 0 means 128 ×
+	// Concurrency (an item waiting out a 1 s Retry-After is one of many:
+	// fewer, and the batch is bound by how many may wait); a negative
+	// Waiting means none: with Concurrency 1 the items then run strictly
+	// one after another, in input order, each recorded before the next.
 	Waiting int
 	// OnResult receives every item's result, in completion order. Calls are
 	// serialised: the callback needs no locking of its own.

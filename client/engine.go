@@ -229,7 +229,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			primaryBody = claimed.Body
 			uncertain[pi] = claimed.Attempts > 1
 		}
-		r.res.Recovered = recoverable
+		// A row the look-up did not find but the claim found attempted
+		// was begun meanwhile by another process.
+		r.res.Recovered = recoverable || (recs[pi] == nil && claimed.Attempts > 1)
 	}
 
 	for i := start; i < len(steps); i++ {

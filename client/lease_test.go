@@ -293,3 +293,37 @@ func TestAKeySettledLaterInTheBatchIsSettled(t *testing.T) {
 	require.Zero(t, sum.Unresolved)
 	require.Equal(t, 3, sum.Total)
 }
+
+// blindStore is a store whose look-ups find nothing: what a deposit sees
+// when another process begins the key between its look-up and its claim.
+type blindStore struct{ *dedup.SQLite }
+
+func (blindStore) Lookup(context.Context, string, string) (dedup.Record, error) {
+	return dedup.Record{}, dedup.ErrNotFound
+}
+
+func (blindStore) LookupMany(context.Context, string, []string) (map[string]dedup.Record, error) {
+	return map[string]dedup.Record{}, nil
+}
+
+// A key the look-up did not find but the claim found already attempted was
+// begun by another process in between: its deposit is recovered, so that
+// recovered never under-reports.
+func TestAKeyBegunBetweenLookupAndClaimIsRecovered(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: blindStore{store}})
+	require.NoError(t, err)
+	k, err := c.Key([]byte(payload))
+	require.NoError(t, err)
+	_, err = store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, dedup.Lease{Owner: "another process", TTL: time.Microsecond})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // its lease has ended
+
+	res, err := c.Deposit(context.Background(), []byte(payload))
+	require.NoError(t, err)
+	require.True(t, res.Recovered)
+}
