@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/depositkit/deposit/dedup"
 )
@@ -119,7 +120,7 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.R
 		return dedup.Record{}, err
 	}
 	if got.Leased {
-		return got.Record, fmt.Errorf("%w: key %s until %s", dedup.ErrLeased, ref.Key, got.Record.LeaseExpires)
+		return got.Record, fmt.Errorf("%w: key %s until %s", dedup.ErrLeased, ref.Key, got.Record.LeaseExpires.Format(time.RFC3339Nano))
 	}
 	return got.Record, nil
 }
