@@ -110,6 +110,12 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	if err := r.prepare(ctx, k, steps); err != nil {
 		return r.res, r.end, err
 	}
+	// In a batch, a deposit of one step asks the store nothing before its
+	// claim: the claim finds its row done, failed, leased elsewhere or
+	// pending as a look-up would, and names the row's prior owner. (A
+	// deliberate retry of failures looks first, to clear them.)
+	claimFirst := outs != nil && c.claims != nil && !c.retryFailed &&
+		len(steps) == 1 && steps[0].primary && steps[0].durable
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
 	for i := range steps {
@@ -117,7 +123,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		if s.primary {
 			pi, r.primary = i, s
 		}
-		if !s.durable {
+		if !s.durable || claimFirst {
 			continue
 		}
 		rec, err := c.lookups.lookup(ctx, s.target, s.key)
@@ -167,10 +173,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			if recs[pi] == nil || recs[pi].LeaseOwner != c.leases.lease.Owner {
 				recoverable = true
 			}
-			if s := steps[i]; s.retention > 0 && time.Since(rec.CreatedAt) > s.retention {
-				c.log.Warn("resuming an uncertain deposit older than the server's key retention; the server may not recognise its Idempotency-Key and could create a second record",
-					"key", k.Key, "pending_since", rec.CreatedAt, "retention", s.retention)
-			}
+			r.warnPastRetention(&steps[i], *rec)
 		}
 	}
 	if start == len(steps) {
@@ -191,7 +194,8 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		body = k.Body
 	}
 	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
-	claimed, err := c.claim(ctx, ref, body)
+	got, err := c.claim(ctx, ref, body)
+	claimed := got.Record
 	if errors.Is(err, dedup.ErrLeased) {
 		return r.res, r.end, errLeasedElsewhere{rec: claimed}
 	}
@@ -229,9 +233,14 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			primaryBody = claimed.Body
 			uncertain[pi] = claimed.Attempts > 1
 		}
-		// A row the look-up did not find but the claim found attempted
-		// was begun meanwhile by another process.
-		r.res.Recovered = recoverable || (recs[pi] == nil && claimed.Attempts > 1)
+		// A row the look-up did not find (or that was not looked up) but
+		// the claim found attempted by another owner was begun by another
+		// process, or an earlier run.
+		begunElsewhere := recs[pi] == nil && uncertain[pi] && got.PriorOwner != c.leases.lease.Owner
+		r.res.Recovered = recoverable || begunElsewhere
+		if claimFirst && uncertain[pi] {
+			r.warnPastRetention(r.primary, claimed)
+		}
 	}
 
 	for i := start; i < len(steps); i++ {
@@ -268,6 +277,15 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	}
 	r.noteRecordID(steps, prior)
 	return r.res, r.end, nil
+}
+
+// warnPastRetention warns when the uncertain row rec of step s is older
+// than the server remembers requests for.
+func (r *runDeposit) warnPastRetention(s *step, rec dedup.Record) {
+	if s.retention > 0 && time.Since(rec.CreatedAt) > s.retention {
+		r.c.log.Warn("resuming an uncertain deposit older than the server's key retention; the server may not recognise its Idempotency-Key and could create a second record",
+			"key", r.key, "pending_since", rec.CreatedAt, "retention", s.retention)
+	}
 }
 
 // release ends the lease of a deposit that did not finish, so that another

@@ -327,3 +327,65 @@ func TestAKeyBegunBetweenLookupAndClaimIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Recovered)
 }
+
+// lookCounter is a store that counts the engine's look-ups (the
+// look-ahead's LookupDone is not counted).
+type lookCounter struct {
+	*dedup.SQLite
+	looks atomic.Int64
+}
+
+func (s *lookCounter) Lookup(ctx context.Context, target, key string) (dedup.Record, error) {
+	s.looks.Add(1)
+	return s.SQLite.Lookup(ctx, target, key)
+}
+
+func (s *lookCounter) LookupMany(ctx context.Context, target string, keys []string) (map[string]dedup.Record, error) {
+	s.looks.Add(1)
+	return s.SQLite.LookupMany(ctx, target, keys)
+}
+
+// In a batch, a deposit of one step claims its key without looking it up
+// first, and the claim's prior owner decides whether a pending key counts
+// as recovered: one another process left pending does, one this client
+// left pending does not, and neither does a new one.
+func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := &lookCounter{SQLite: openStore(t)}
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	require.NoError(t, err)
+	ctx := context.Background()
+	payloads := []string{`{"title":"theirs"}`, `{"title":"ours"}`, `{"title":"new"}`}
+	keys := make([]string, len(payloads))
+	for i, p := range payloads {
+		k, err := c.Key([]byte(p))
+		require.NoError(t, err)
+		keys[i] = k.Key
+	}
+	ref := func(i int) dedup.Ref { return dedup.Ref{Target: c.StoreTarget(), Key: keys[i]} }
+	_, err = store.Claim(ctx, ref(0).Target, ref(0).Key, nil, dedup.Lease{Owner: "another process", TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, store.Release(ctx, "another process", ref(0), false))
+	_, err = store.Claim(ctx, ref(1).Target, ref(1).Key, nil, c.leases.lease)
+	require.NoError(t, err)
+	require.NoError(t, store.Release(ctx, c.leases.lease.Owner, ref(1), false))
+
+	recovered := map[string]bool{}
+	sum, err := c.Run(ctx, func(yield func(Item) bool) {
+		for i, p := range payloads {
+			if !yield(Item{Line: int64(i + 1), Payload: []byte(p)}) {
+				return
+			}
+		}
+	}, BatchOptions{Concurrency: 2, OnResult: func(r ItemResult) {
+		require.NoError(t, r.Err)
+		recovered[r.Key] = r.Recovered
+	}})
+	require.NoError(t, err)
+	require.Equal(t, 3, sum.Created)
+	require.Equal(t, map[string]bool{keys[0]: true, keys[1]: false, keys[2]: false}, recovered)
+	require.Zero(t, store.looks.Load(), "the engine looked keys up before claiming them")
+}

@@ -109,6 +109,11 @@ type Intent struct {
 type Claimed struct {
 	Record Record
 	Leased bool
+	// PriorOwner is the row's last claimer before this claim (its
+	// Record.LeaseOwner then): "" for a row the claim created. A deposit
+	// that finds its row pending learns from it, without a look-up of its
+	// own, whether another process may have sent it.
+	PriorOwner string
 }
 
 // Settings are the key settings a target was first used with. A run whose

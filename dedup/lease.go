@@ -92,12 +92,17 @@ func claimOne(insert, claim, get *sql.Stmt, in Intent, owner string, now, expire
 		return Claimed{Record: Record{Target: in.Target, Key: in.Key, State: StatePending, Body: in.Body, Attempts: 1,
 			CreatedAt: at, UpdatedAt: at, LeaseOwner: owner, LeaseExpires: time.UnixMicro(expires).UTC()}}, nil
 	}
+	// The row as it stands names its last claimer, which the update
+	// replaces.
+	prior, err := scanRecord(get.QueryRow(in.Target, in.Key))
+	if err != nil {
+		return Claimed{}, err
+	}
 	rec, err := scanRecord(claim.QueryRow(in.Target, in.Key, blob(in.Body), now, owner, expires))
 	if errors.Is(err, sql.ErrNoRows) { // another owner's live lease
-		rec, err = scanRecord(get.QueryRow(in.Target, in.Key))
-		return Claimed{Record: rec, Leased: true}, err
+		return Claimed{Record: prior, Leased: true, PriorOwner: prior.LeaseOwner}, nil
 	}
-	return Claimed{Record: rec}, err
+	return Claimed{Record: rec, PriorOwner: prior.LeaseOwner}, err
 }
 
 // checkIntents refuses a ClaimMany that could not be carried out as asked.

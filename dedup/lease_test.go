@@ -290,6 +290,10 @@ func runClaimManyTests(t *testing.T, open func(t *testing.T) manyClaimer) {
 		require.False(t, got[4].Leased)
 		require.Nil(t, got[4].Record.Body)
 
+		for i, want := range []string{"", "owner-b", "", "gone", ""} {
+			require.Equal(t, want, got[i].PriorOwner, "the last claimer before the claim, %s", intents[i].Key)
+		}
+
 		for i, in := range intents {
 			rec, err := s.Lookup(ctx, in.Target, in.Key)
 			require.NoError(t, err)
@@ -297,6 +301,9 @@ func runClaimManyTests(t *testing.T, open func(t *testing.T) manyClaimer) {
 			require.Equal(t, got[i].Record.Attempts, rec.Attempts, in.Key)
 			require.Equal(t, got[i].Record.LeaseOwner, rec.LeaseOwner, in.Key)
 		}
+		again, err := s.ClaimMany(ctx, a, intents[:1])
+		require.NoError(t, err)
+		require.Equal(t, "owner-a", again[0].PriorOwner, "a claim names the owner's own earlier claim")
 	})
 
 	t.Run("a key named twice is refused and nothing is written", func(t *testing.T) {

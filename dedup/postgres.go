@@ -486,10 +486,20 @@ func newPGQueries(quoted string) pgQueries {
 			VALUES ($1, $2, 'pending', $3, 1, now(), now(), $4, now() + $5::bigint * interval '1 microsecond')` + pgClaimConflict),
 		// claimMany is claim for the rows ($1, $2) with the bodies $5, in
 		// the order given; $3 is the owner, $4 the TTL in microseconds.
-		claimMany: x(`INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
-			SELECT u.target, u.key, 'pending', u.body, 1, now(), now(), $3, now() + $4::bigint * interval '1 microsecond'
-			FROM unnest($1::text[], $2::text[], $5::bytea[]) WITH ORDINALITY AS u(target, key, body, n)
-			ORDER BY u.n` + pgClaimConflict),
+		// Each claimed row comes with its last claimer before the claim,
+		// as the statement's snapshot shows it ('' for a row it does not
+		// hold: new, or inserted meanwhile by another process).
+		claimMany: x(`WITH u AS (
+				SELECT * FROM unnest($1::text[], $2::text[], $5::bytea[]) WITH ORDINALITY AS u(target, key, body, n)),
+			prior AS (
+				SELECT p.target, p.key, p.lease_owner FROM {s}.records AS p
+				JOIN u ON p.target = u.target AND p.key = u.key),
+			claimed AS (
+				INSERT INTO {s}.records AS r (target, key, state, body, attempts, created_at, updated_at, lease_owner, lease_expires)
+				SELECT u.target, u.key, 'pending', u.body, 1, now(), now(), $3, now() + $4::bigint * interval '1 microsecond'
+				FROM u ORDER BY u.n` + pgClaimConflict + `)
+			SELECT c.*, coalesce(prior.lease_owner, '') FROM claimed AS c
+			LEFT JOIN prior ON prior.target = c.target AND prior.key = c.key`),
 		// renew locks the rows in key order, the order every statement
 		// that writes many rows takes them in, so that two processes'
 		// writes never wait for each other in a cycle.
@@ -529,12 +539,12 @@ func newPGQueries(quoted string) pgQueries {
 	}
 }
 
-// scanPGRecord scans the columns of pgRecordCols.
-func scanPGRecord(row pgx.Row) (Record, error) {
+// scanPGRecord scans the columns of pgRecordCols, then into more.
+func scanPGRecord(row pgx.Row, more ...any) (Record, error) {
 	var r Record
 	var expires *time.Time
-	err := row.Scan(&r.Target, &r.Key, &r.State, &r.Outcome, &r.Identifier, &r.Status, &r.Problem,
-		&r.Body, &r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.LeaseOwner, &expires)
+	err := row.Scan(append([]any{&r.Target, &r.Key, &r.State, &r.Outcome, &r.Identifier, &r.Status, &r.Problem,
+		&r.Body, &r.Attempts, &r.CreatedAt, &r.UpdatedAt, &r.LeaseOwner, &expires}, more...)...)
 	r.CreatedAt = r.CreatedAt.UTC()
 	r.UpdatedAt = r.UpdatedAt.UTC()
 	if expires != nil {
@@ -845,11 +855,9 @@ func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent)
 	for i, j := range order {
 		targets[i], keys[i], bodies[i] = intents[j].Target, intents[j].Key, intents[j].Body
 	}
-	got := make(map[Ref]Record, len(intents))
-	refused := map[Ref]bool{}
+	got := make(map[Ref]Claimed, len(intents))
 	err := retryDeadlock(ctx, func() error {
 		clear(got)
-		clear(refused)
 		// In a transaction: a refused row stays locked by the statement, so
 		// the row then read is the one that refused the claim.
 		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -858,12 +866,13 @@ func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent)
 				return err
 			}
 			for rows.Next() {
-				r, err := scanPGRecord(rows)
+				var prior string
+				r, err := scanPGRecord(rows, &prior)
 				if err != nil {
 					rows.Close()
 					return err
 				}
-				got[Ref{Target: r.Target, Key: r.Key}] = r
+				got[Ref{Target: r.Target, Key: r.Key}] = Claimed{Record: r, PriorOwner: prior}
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
@@ -877,7 +886,7 @@ func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent)
 				if err != nil {
 					return err
 				}
-				got[in.Ref], refused[in.Ref] = r, true
+				got[in.Ref] = Claimed{Record: r, Leased: true, PriorOwner: r.LeaseOwner}
 			}
 			return nil
 		})
@@ -887,7 +896,7 @@ func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent)
 	}
 	out := make([]Claimed, len(intents))
 	for i, in := range intents {
-		out[i] = Claimed{Record: got[in.Ref], Leased: refused[in.Ref]}
+		out[i] = got[in.Ref]
 	}
 	return out, nil
 }
