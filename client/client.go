@@ -72,7 +72,9 @@ type Config struct {
 	Lease time.Duration
 
 	// HTTPClient sends the requests. Nil means a keep-alive client with a
-	// 30 s timeout per attempt. Its Transport is wrapped, never modified.
+	// 30 s timeout per attempt. Its Transport is wrapped, never modified;
+	// its Timeout bounds each attempt from when the request is sent: the
+	// wait for a request slot or the rate limit is not counted.
 	HTTPClient *http.Client
 	// Header is added to every request (credentials, for instance). Its
 	// values are never logged. New refuses a header the target sets itself

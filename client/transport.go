@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -21,8 +22,14 @@ const defaultAttemptTimeout = 30 * time.Second
 // is the target's default; a negative rate is unlimited. When adaptive is
 // set, an adaptive limiter beneath that rate paces the requests too; it is
 // returned so that answers can be reported to it (else nil).
+//
+// The client's Timeout moves into the transport, where it starts once a
+// request has its slot and its turn at the rate: an attempt queued behind
+// others, or paced by a throttled server, has not begun.
 func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*http.Client, *backoff.AdaptiveLimiter) {
 	hc := copyOrDefault(base)
+	timeout := hc.Timeout
+	hc.Timeout = 0
 	rt := hc.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
@@ -33,7 +40,7 @@ func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*h
 	if r, ok := d.(rateSetter); ok && rate == 0 {
 		rate = r.defaultRate()
 	}
-	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0))}
+	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0)), timeout: timeout}
 	if adaptive {
 		t.pace = backoff.NewAdaptiveLimiter(max(rate, 0))
 	}
@@ -56,8 +63,8 @@ func copyOrDefault(base *http.Client) *http.Client {
 // sharedTransport is the transport every deposit of a client shares. In a
 // batch it takes one of the batch's request slots (requestSlots) for each
 // request; it waits for the rate limiter (nil: unlimited) before each
-// request, and it
-// deliberately has no CloseIdleConnections: go-retryablehttp closes its
+// request, then gives the attempt timeout (0: none) to send it and read
+// its answer; and it deliberately has no CloseIdleConnections: go-retryablehttp closes its
 // client's idle connections whenever it gives up on a request, which on a
 // transport shared by a whole batch would drop every worker's keep-alive
 // connection at each failure. net/http discards broken connections itself.
@@ -65,6 +72,7 @@ type sharedTransport struct {
 	next    http.RoundTripper
 	limiter *backoff.Limiter
 	pace    *backoff.AdaptiveLimiter
+	timeout time.Duration
 }
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -86,8 +94,18 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	outer := req.Context()
+	if t.timeout > 0 {
+		ctx, cancel := context.WithTimeout(outer, t.timeout)
+		req = req.WithContext(ctx)
+		free := release
+		release = func() { cancel(); free() }
+	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
+		if outer.Err() == nil && req.Context().Err() != nil {
+			err = fmt.Errorf("no answer within the attempt timeout of %s: %w", t.timeout, err)
+		}
 		release()
 		return nil, err
 	}

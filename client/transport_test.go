@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,4 +53,55 @@ func TestAFailedRequestKeepsTheOthersConnections(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, sum.Unresolved, "every tenth request dropped")
 	require.LessOrEqual(t, conns.Load(), int64(sum.Unresolved+2*workers))
+}
+
+// An attempt that gets no answer within the HTTP client's Timeout ends as
+// a timeout and is retried: the server here holds its first request until
+// the test ends.
+func TestAnAttemptWithoutAnAnswerInTimeIsRetried(t *testing.T) {
+	hold := make(chan struct{})
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	defer close(hold)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+		HTTPClient: &http.Client{Timeout: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), []byte(`{"title":"slow"}`))
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, 2, res.Requests)
+	require.Equal(t, 1, res.Retries)
+}
+
+// The attempt timeout starts once a request is sent: waiting for the rate
+// limit (here 10 requests a second for 12 items, so the last waits about a
+// second) is not counted against the 100 ms each attempt has.
+func TestWaitingForTheRateIsNotPartOfAnAttempt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+		Rate: 10, StaticRate: true, HTTPClient: &http.Client{Timeout: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
+		for i := range 12 {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"i":%d}`, i)}) {
+				return
+			}
+		}
+	}, BatchOptions{Concurrency: 8})
+	require.NoError(t, err)
+	require.Equal(t, 12, sum.Created)
+	require.Zero(t, sum.Retries, "an attempt timed out while it waited for its turn")
 }
