@@ -25,13 +25,18 @@ func benchPayload(run string, i int) []byte {
 // BenchmarkDeposit compares the client (keys, store, classification, retries
 // armed) with a plain net/http loop that sends the same canonical bodies to
 // the same server with If-None-Match: * over a keep-alive client, at the same
-// concurrency. One op is one new record.
+// concurrency. One op is one new record. The floor is the plain loop plus
+// the least any client that keeps the crash rules must write: each group of
+// intents committed (one ClaimMany) before its requests, each outcome
+// committed (CompleteMany of whatever has arrived) after its answer. It is
+// what the store costs, apart from the client's own work.
 func BenchmarkDeposit(b *testing.B) {
 	for _, latency := range []time.Duration{0, 2 * time.Millisecond} {
 		for _, conc := range []int{1, 8} {
 			name := fmt.Sprintf("latency=%s/concurrency=%d", latency, conc)
 			b.Run("client/"+name, func(b *testing.B) { benchClient(b, conc, latency) })
-			b.Run("plain/"+name, func(b *testing.B) { benchPlain(b, conc, latency) })
+			b.Run("plain/"+name, func(b *testing.B) { benchPlain(b, conc, latency, nil) })
+			b.Run("floor/"+name, func(b *testing.B) { benchPlain(b, conc, latency, openFloorStore(b)) })
 		}
 	}
 }
@@ -69,7 +74,22 @@ func benchClient(b *testing.B, conc int, latency time.Duration) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
 }
 
-func benchPlain(b *testing.B, conc int, latency time.Duration) {
+// openFloorStore opens the floor's store, closed at the end of b.
+func openFloorStore(b *testing.B) *dedup.SQLite {
+	store, err := dedup.Open(filepath.Join(b.TempDir(), "deposit.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	return store
+}
+
+// floorGroup is how many intents the floor claims in one transaction.
+const floorGroup = 64
+
+// benchPlain runs the plain loop; with store, the floor: the loop with
+// the store's writes.
+func benchPlain(b *testing.B, conc int, latency time.Duration, store *dedup.SQLite) {
 	srv, err := repotest.NewServer(repotest.Config{Latency: latency})
 	if err != nil {
 		b.Fatal(err)
@@ -93,13 +113,67 @@ func benchPlain(b *testing.B, conc int, latency time.Duration) {
 	hc := &http.Client{Transport: t}
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	ctx := context.Background()
+	const target = "floor"
+	// The floor's items pass from a claimer, in claimed groups, to the
+	// senders, whose outcomes a completer records.
+	claimed := make(chan int, floorGroup)
+	done := make(chan string, 1024)
+	var completer sync.WaitGroup
 	b.ResetTimer()
+	if store != nil {
+		go func() {
+			defer close(claimed)
+			lease := dedup.Lease{Owner: "floor", TTL: time.Minute}
+			intents := make([]dedup.Intent, 0, floorGroup)
+			for from := 0; from < len(reqs); from += floorGroup {
+				intents = intents[:0]
+				for i := from; i < min(from+floorGroup, len(reqs)); i++ {
+					intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: target, Key: reqs[i].key}})
+				}
+				if _, err := store.ClaimMany(ctx, lease, intents); err != nil {
+					b.Error(err)
+					return
+				}
+				for i := from; i < from+len(intents); i++ {
+					claimed <- i
+				}
+			}
+		}()
+		completer.Go(func() {
+			for key := range done {
+				group := map[string]dedup.Confirmation{key: {Outcome: dedup.OutcomeCreated, Identifier: key, Status: 201}}
+				for more := true; more && len(group) < 1024; {
+					select {
+					case k, ok := <-done:
+						if !ok {
+							more = false
+							break
+						}
+						group[k] = dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: k, Status: 201}
+					default:
+						more = false
+					}
+				}
+				if _, err := store.CompleteMany(ctx, target, group); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
 	for range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
+				if store != nil {
+					var ok bool
+					if i, ok = <-claimed; !ok {
+						return
+					}
+				}
 				if i >= len(reqs) {
 					return
 				}
@@ -117,11 +191,21 @@ func benchPlain(b *testing.B, conc int, latency time.Duration) {
 					b.Errorf("status %d", resp.StatusCode)
 					return
 				}
+				if store != nil {
+					done <- reqs[i].key
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	close(done)
+	completer.Wait()
 	b.StopTimer()
+	if store != nil {
+		if n, err := store.Count(ctx, target); err != nil || n.Done != len(reqs) {
+			b.Fatalf("floor: %d of %d done: %v", n.Done, len(reqs), err)
+		}
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
 }
 
