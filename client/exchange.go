@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -167,7 +166,7 @@ func madeNoChange(a answer, cls class) bool {
 // the log (URL redacted, transport errors scrubbed of it).
 func (x *exchange) requestDone(a answer, method string) {
 	took := time.Since(x.sent)
-	if x.c.log.Enabled(context.Background(), slog.LevelDebug) {
+	if x.c.debug() {
 		args := []any{"key", x.key, "method", method, "url", redactURL(a.url), "status", a.status, "took", took}
 		if a.err != nil {
 			args = append(args, "error", scrub(a.err).Error())

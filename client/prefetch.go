@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
@@ -323,13 +322,7 @@ func (c *Client) finished(key string, steps []step, f found) (_ Result, ok bool)
 		return Result{}, false
 	}
 	r := runDeposit{c: c, key: key, res: Result{Key: key}}
-	if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		r.replay(*primary) // logs the replay as the engine does
-	} else {
-		// What replay sets, without its log line's redacted identifier:
-		// parsing a URL per key is about 5% of a replay's CPU time.
-		r.res.Identifier, r.res.Outcome, r.res.Status = primary.Identifier, OutcomeReplayed, primary.Status
-	}
+	r.replay(*primary) // and logs it, as the engine does
 	r.noteRecordID(steps, prior)
 	return r.res, true
 }
