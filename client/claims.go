@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/depositkit/deposit/dedup"
@@ -19,19 +18,14 @@ type manyClaimer interface {
 // maxClaims bounds the intents of one ClaimMany.
 const maxClaims = 256
 
-// claims coalesces the claims of concurrent deposits into one ClaimMany:
-// the first caller to arrive while no claim runs becomes the leader and
-// claims for everyone queued, again and again until the queue is empty.
-// One commit then records the intents of every deposit about to send, which
-// on PostgreSQL, where each commit waits for the log to reach the disk, is
-// what bounds a fleet. A lone caller pays one mutex round more than Claim.
+// claims coalesces the claims of concurrent deposits into one ClaimMany
+// (up to maxClaims). One commit then records the intents of every deposit
+// about to send, which on PostgreSQL, where each commit waits for the log
+// to reach the disk, is what bounds a fleet.
 type claims struct {
 	store manyClaimer
 	lease dedup.Lease
-
-	mu      sync.Mutex
-	queue   []*claimCall
-	running bool
+	group coalescer[*claimCall]
 }
 
 type claimCall struct {
@@ -41,36 +35,29 @@ type claimCall struct {
 	done chan struct{}
 }
 
+func newClaims(store manyClaimer, lease dedup.Lease) *claims {
+	c := &claims{store: store, lease: lease}
+	c.group = coalescer[*claimCall]{run: c.run, max: maxClaims}
+	return c
+}
+
 // claim records the intent of ref, holding body, under c's lease. A caller
-// waits for its group's commit even when ctx ends first: once queued its
-// claim may be written, and the deposit must know to release it.
-func (c *claims) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.Claimed, error) {
+// waits for its group's commit even when its context ends first: once
+// queued its claim may be written, and the deposit must know to release
+// it. The claim runs on a context of its own, as it answers other callers
+// too.
+func (c *claims) claim(ref dedup.Ref, body []byte) (dedup.Claimed, error) {
 	call := &claimCall{in: dedup.Intent{Ref: ref, Body: body}, done: make(chan struct{})}
-	c.mu.Lock()
-	c.queue = append(c.queue, call)
-	if c.running {
-		c.mu.Unlock()
+	if !c.group.add(call) {
 		<-call.done
-		return call.got, call.err
 	}
-	c.running = true
-	for len(c.queue) > 0 {
-		n := min(len(c.queue), maxClaims)
-		group := c.queue[:n:n]
-		c.queue = c.queue[n:]
-		c.mu.Unlock()
-		c.run(context.WithoutCancel(ctx), group)
-		c.mu.Lock()
-	}
-	c.running = false
-	c.mu.Unlock()
 	return call.got, call.err
 }
 
 // run claims the calls of group. A key is in flight once per process, so a
 // group names each row once; should one come twice, it is claimed after
 // the first, in a group of its own.
-func (c *claims) run(ctx context.Context, group []*claimCall) {
+func (c *claims) run(group []*claimCall) {
 	for len(group) > 0 {
 		seen := make(map[dedup.Ref]bool, len(group))
 		var now, later []*claimCall
@@ -82,7 +69,7 @@ func (c *claims) run(ctx context.Context, group []*claimCall) {
 			seen[call.in.Ref] = true
 			now = append(now, call)
 		}
-		c.claimGroup(ctx, now)
+		c.claimGroup(context.Background(), now)
 		group = later
 	}
 }
@@ -116,7 +103,7 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.C
 		rec, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
 		return dedup.Claimed{Record: rec}, err
 	}
-	got, err := c.claims.claim(ctx, ref, body)
+	got, err := c.claims.claim(ref, body)
 	if err != nil {
 		return dedup.Claimed{}, err
 	}

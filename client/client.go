@@ -287,7 +287,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.leases = newLeaseKeeper(cfg.Store, cfg.Lease, c.log)
 	if m, ok := cfg.Store.(manyClaimer); ok {
-		c.claims = &claims{store: m, lease: c.leases.lease}
+		c.claims = newClaims(m, c.leases.lease)
 	}
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
 

@@ -9,23 +9,14 @@ import (
 )
 
 // lookups coalesces concurrent store look-ups of one target into one
-// LookupMany query: the first caller to arrive while no query of its target
-// runs becomes the leader and queries for everyone queued, again and again
-// until the queue is empty. A batch of
-// eight keys costs little more than one key, so replaying a finished batch
-// at concurrency 8 is bound by the store's per-row work, not its per-query
-// overhead. A lone caller pays one extra mutex round, nothing more.
+// LookupMany query. A batch of eight keys costs little more than one key,
+// so replaying a finished batch at concurrency 8 is bound by the store's
+// per-row work, not its per-query overhead.
 type lookups struct {
 	store Store
 
 	mu      sync.Mutex
-	targets map[string]*lookupQueue
-}
-
-// lookupQueue is the callers waiting for one target's query.
-type lookupQueue struct {
-	queue   []*lookupCall
-	running bool
+	targets map[string]*coalescer[*lookupCall]
 }
 
 type lookupCall struct {
@@ -42,31 +33,19 @@ func (l *lookups) lookup(ctx context.Context, target, key string) (dedup.Record,
 	q := l.targets[target]
 	if q == nil {
 		if l.targets == nil {
-			l.targets = make(map[string]*lookupQueue)
+			l.targets = make(map[string]*coalescer[*lookupCall])
 		}
-		q = &lookupQueue{}
+		q = &coalescer[*lookupCall]{run: func(batch []*lookupCall) { l.run(target, batch) }}
 		l.targets[target] = q
 	}
-	q.queue = append(q.queue, call)
-	if q.running {
-		l.mu.Unlock()
+	l.mu.Unlock()
+	if !q.add(call) {
 		select {
 		case <-call.done:
-			return call.rec, call.err
 		case <-ctx.Done():
 			return dedup.Record{}, ctx.Err()
 		}
 	}
-	q.running = true
-	for len(q.queue) > 0 {
-		batch := q.queue
-		q.queue = nil
-		l.mu.Unlock()
-		l.run(target, batch)
-		l.mu.Lock()
-	}
-	q.running = false
-	l.mu.Unlock()
 	return call.rec, call.err
 }
 
