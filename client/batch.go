@@ -249,6 +249,12 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	if !strict {
 		outs = newOutcomes(c.store)
 	}
+	// And where the store groups claims too, the look-ahead claims the
+	// intents of one-step deposits ahead, in groups (ahead.go).
+	var pre *claimsAhead
+	if outs != nil && c.claims != nil && !c.retryFailed {
+		pre = newClaimsAhead(c, &pipelined)
+	}
 	settle := func(r ItemResult) {
 		switch {
 		case errors.Is(r.Err, ErrStopRun):
@@ -263,7 +269,8 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	worker := func() {
 		defer wg.Done()
 		for j := range jobs {
-			r, end := c.runItem(itemCtx, j, opts.Shard, st.drain, outs)
+			r, end := c.runItem(itemCtx, j, opts.Shard, st.drain, outs, pre)
+			pre.forget(j.ahead)
 			if !strict && !pipelined.Load() && (end != nil || r.Err == nil && r.Requests > 0) && !pipelined.Swap(true) {
 				// The endpoint takes deposits: from now on more workers
 				// than slots record intents while others' requests are in
@@ -307,7 +314,7 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	}
 	var awg sync.WaitGroup
 	for range ahead {
-		a := &lookAhead{c: c, ctx: work, shard: opts.Shard, drain: st.drain, report: report, work: jobs, off: strict}
+		a := &lookAhead{c: c, ctx: work, shard: opts.Shard, drain: st.drain, report: report, work: jobs, off: strict, ahead: pre}
 		awg.Go(func() { a.run(queue) })
 	}
 
@@ -405,7 +412,7 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 // runItem deposits the item of j, computing its key unless j has it, and
 // classifies the result. An item whose last outcome is left to outs is
 // returned with its ending, which gives its result once recorded.
-func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan struct{}, outs *outcomes) (ItemResult, *ending) {
+func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan struct{}, outs *outcomes, b *claimsAhead) (ItemResult, *ending) {
 	it := j.it
 	var k canonical.Keyed
 	if j.k != nil {
@@ -425,7 +432,7 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 	if it.Dataset != nil {
 		dir = it.Dataset.Dir
 	}
-	res, end, err := c.deposit(ctx, k, dir, drain, outs)
+	res, end, err := c.deposit(ctx, k, dir, drain, outs, ahead{b: b, e: j.ahead})
 	return itemResult(it.Line, res, err), end
 }
 

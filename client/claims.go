@@ -95,17 +95,22 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 }
 
 // claim records the intent of a deposit's first request and takes its
-// key's lease: through the client's claim groups where the store has them
-// (only those name the row's prior owner). A key another owner holds is
-// returned with an error wrapping dedup.ErrLeased, as Store.Claim does.
-func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte) (dedup.Claimed, error) {
-	if c.claims == nil {
+// key's lease: the claim its batch made ahead if that may stand, else
+// through the client's claim groups where the store has them (only those
+// name the row's prior owner). A key another owner holds is returned with
+// an error wrapping dedup.ErrLeased, as Store.Claim does.
+func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahead) (dedup.Claimed, error) {
+	got, ok := pre.take()
+	switch {
+	case ok:
+	case c.claims == nil:
 		rec, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
 		return dedup.Claimed{Record: rec}, err
-	}
-	got, err := c.claims.claim(ref, body)
-	if err != nil {
-		return dedup.Claimed{}, err
+	default:
+		var err error
+		if got, err = c.claims.claim(ref, body); err != nil {
+			return dedup.Claimed{}, err
+		}
 	}
 	if got.Leased {
 		return got, fmt.Errorf("%w: key %s until %s", dedup.ErrLeased, ref.Key, got.Record.LeaseExpires.Format(time.RFC3339Nano))

@@ -331,7 +331,7 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, _, err := c.deposit(ctx, k, "", nil, nil)
+	res, _, err := c.deposit(ctx, k, "", nil, nil, ahead{})
 	return res, err
 }
 
@@ -346,7 +346,7 @@ func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	res, _, err := c.deposit(ctx, k, dir, nil, nil)
+	res, _, err := c.deposit(ctx, k, dir, nil, nil, ahead{})
 	return res, err
 }
 
@@ -382,4 +382,12 @@ func (fs *flights) finish(key string, f *flight, res Result, err error) {
 	fs.mu.Unlock()
 	f.res, f.err = res, err
 	close(f.done)
+}
+
+// has reports whether a deposit of key is in flight.
+func (fs *flights) has(key string) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	_, ok := fs.m[key]
+	return ok
 }

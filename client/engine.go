@@ -29,7 +29,10 @@ import (
 // left to outs returns its ending: the caller adds what must follow the
 // commit and hands it to outs, and the ending's result is the deposit's.
 // Without outs, every outcome is recorded before deposit returns.
-func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (Result, *ending, error) {
+//
+// pre is what the deposit's batch claimed ahead (ahead.go); zero outside a
+// batch that does.
+func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
 	f, leader := c.flights.join(k.Key)
 	if !leader {
 		select {
@@ -44,7 +47,8 @@ func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, dra
 		}
 		return res, nil, f.err
 	}
-	res, end, err := c.runSteps(ctx, k, dir, drain, outs)
+	pre.began(k.Key)
+	res, end, err := c.runSteps(ctx, k, dir, drain, outs, pre)
 	if end != nil {
 		// Followers learn the outcome once it is durable.
 		end.after(func(e *ending) { c.flights.finish(k.Key, f, e.res, e.err) })
@@ -77,9 +81,9 @@ type runDeposit struct {
 // runSteps runs a deposit's steps, parking it while another process holds
 // the key's lease: it waits (holding no request slot) and looks again, until
 // that process settles the key or its lease expires.
-func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (Result, *ending, error) {
+func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
 	for n := 0; ; n++ {
-		res, end, err := c.runStepsOnce(ctx, k, dir, drain, outs)
+		res, end, err := c.runStepsOnce(ctx, k, dir, drain, outs, pre)
 		var leased errLeasedElsewhere
 		if !errors.As(err, &leased) {
 			return res, end, err
@@ -99,7 +103,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 // answered from the store without a request. The rest run under the key's
 // lease, claimed with the deposit's intent; a lease another process holds
 // is returned as errLeasedElsewhere, before anything is sent.
-func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes) (_ Result, _ *ending, err error) {
+func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (_ Result, _ *ending, err error) {
 	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs}
 	steps, err := c.target.steps(k, dir)
 	if err != nil {
@@ -115,8 +119,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	// claim: the claim finds its row done, failed, leased elsewhere or
 	// pending as a look-up would, and names the row's prior owner. (A
 	// deliberate retry of failures looks first, to clear them.)
-	claimFirst := outs != nil && c.claims != nil && !c.retryFailed &&
-		len(steps) == 1 && steps[0].primary && steps[0].durable
+	claimFirst := outs != nil && c.claims != nil && !c.retryFailed && claimsFirst(steps)
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
 	for i := range steps {
@@ -195,7 +198,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		body = k.Body
 	}
 	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
-	got, err := c.claim(ctx, ref, body)
+	got, err := c.claim(ctx, ref, body, pre)
 	claimed := got.Record
 	if errors.Is(err, dedup.ErrLeased) {
 		return r.res, r.end, errLeasedElsewhere{rec: claimed}

@@ -14,14 +14,15 @@ import (
 // store shows finished is reported replayed there, without a deposit
 // goroutine, a lease or a request: exactly what the engine would answer it
 // (runStepsOnce, whose look-ups find every step done). Every other item goes
-// to the engine, which looks it up again: what the look-ahead saw decides
-// nothing for it.
+// to the engine: what the look-ahead saw decides nothing for it, though
+// once the endpoint takes deposits the look-ahead claims the intents of
+// one-step deposits on their way, 64 in one commit (ahead.go).
 //
 // Groups grow while every item of a group is answered (replaying a finished
 // batch), and shrink to one at the first item that is not, after which the
 // look-ahead stands aside for a growing number of items before it looks
-// again: a first run reads no further ahead than before and pays about one
-// look-up per doubling, not one per item.
+// again: a first run pays about one look-up per doubling, not one per
+// item.
 
 const (
 	// maxGroup bounds the items looked up in one query.
@@ -44,6 +45,8 @@ type doneLooker interface {
 type job struct {
 	it Item
 	k  *canonical.Keyed
+	// ahead is the claim of its intent the look-ahead made, if any.
+	ahead *claimAhead
 }
 
 // lookAhead is one goroutine of a batch's look-ahead.
@@ -57,6 +60,8 @@ type lookAhead struct {
 	// off disables look-ups, for a batch that must run its items strictly
 	// in input order.
 	off bool
+	// ahead claims intents ahead (nil: never).
+	ahead *claimsAhead
 
 	group, skip, backoff int
 	items                []Item
@@ -70,6 +75,7 @@ type lookAhead struct {
 	queries []query
 	asks    []ask
 	recs    []dedup.Record
+	missed  []job // the jobs passed on
 }
 
 // query is the look-up of one store target for a group: its keys, and
@@ -110,8 +116,12 @@ func (a *lookAhead) run(queue <-chan Item) {
 	a.group, a.backoff = 1, 1
 	for it := range queue {
 		a.items = append(a.items[:0], it)
-		if a.group > 1 {
-			a.gather(queue)
+		want := a.group
+		if a.ahead.active() {
+			want = max(want, aheadGroup)
+		}
+		if want > 1 {
+			a.gather(queue, want)
 		}
 		a.keyed = a.keyed[:0]
 		// The group's keys share one allocation, new for each group (the
@@ -136,9 +146,7 @@ func (a *lookAhead) run(queue <-chan Item) {
 		}
 		if a.off || a.skip > 0 {
 			a.skip = max(0, a.skip-len(a.keyed))
-			for _, j := range a.keyed {
-				a.pass(j)
-			}
+			a.passAll(a.keyed)
 			continue
 		}
 		if missed := a.answer(a.keyed); missed == 0 {
@@ -151,11 +159,11 @@ func (a *lookAhead) run(queue <-chan Item) {
 	}
 }
 
-// gather adds to a.items what queue yields within groupWait, up to a.group.
-func (a *lookAhead) gather(queue <-chan Item) {
+// gather adds to a.items what queue yields within groupWait, up to n.
+func (a *lookAhead) gather(queue <-chan Item, n int) {
 	t := time.NewTimer(groupWait)
 	defer t.Stop()
-	for len(a.items) < a.group {
+	for len(a.items) < n {
 		// An item already offered is taken without the three-way select,
 		// which locks all three channels: gathering a group of a batch
 		// read from a file is mostly that.
@@ -182,12 +190,24 @@ func (a *lookAhead) gather(queue <-chan Item) {
 	}
 }
 
+// passAll hands jobs to the workers in order, once the intents of those
+// it can are claimed ahead.
+func (a *lookAhead) passAll(jobs []job) {
+	if a.ahead.active() {
+		a.ahead.claim(a.ctx, jobs)
+	}
+	for _, j := range jobs {
+		a.pass(j)
+	}
+}
+
 // pass hands j to the workers, or reports it unresolved if the batch is
 // stopping.
 func (a *lookAhead) pass(j job) {
 	select {
 	case a.work <- j:
 	case <-a.drain:
+		a.ahead.forget(j.ahead)
 		var key string
 		if j.k != nil {
 			key = j.k.Key
@@ -201,7 +221,7 @@ func (a *lookAhead) pass(j job) {
 func (a *lookAhead) answer(jobs []job) (missed int) {
 	c := a.c
 	_, seeds := c.target.(seeder)
-	a.steps, a.queries, a.asks, a.recs = a.steps[:0], a.queries[:0], a.asks[:0], a.recs[:0]
+	a.steps, a.queries, a.asks, a.recs, a.missed = a.steps[:0], a.queries[:0], a.asks[:0], a.recs[:0], a.missed[:0]
 	for i, j := range jobs {
 		ss, err := c.target.steps(*j.k, "")
 		if err != nil {
@@ -239,10 +259,10 @@ func (a *lookAhead) answer(jobs []job) (missed int) {
 			a.report(ItemResult{Line: j.it.Line, Result: res})
 			continue
 		}
-		missed++
-		a.pass(j)
+		a.missed = append(a.missed, j)
 	}
-	return missed
+	a.passAll(a.missed)
+	return len(a.missed)
 }
 
 // ask adds the row (target, key) to the look-ups of job; full says that

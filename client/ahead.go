@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/depositkit/deposit/dedup"
+)
+
+// aheadGroup is how many intents a batch's look-ahead claims at once.
+const aheadGroup = 64
+
+// claimsAhead claims the intents of a batch's one-step deposits in groups,
+// in the look-ahead, before the items reach a worker. A worker claims its
+// item as it frees up, so the claims of a batch bound by its request slots
+// come one or two at a time; claimed ahead, 64 intents cost one commit.
+//
+// A claim made ahead is used by its own item's deposit only while it can
+// still stand for a claim made there and then:
+//   - its lease, not renewed while the item waits, is younger than a
+//     quarter of its TTL;
+//   - no other deposit of the key began in this process meanwhile, which
+//     may have settled the row since (such a deposit spoils it);
+//   - a key in flight in this process is not claimed ahead at all.
+//
+// Otherwise the deposit claims its key as it would have. A claim made
+// ahead and not used leaves its row as a claim does, pending until its
+// lease ends: nothing was sent for it, and the next deposit of the key
+// sends it (and counts it recovered, which may over-report, never under).
+type claimsAhead struct {
+	c      *Client
+	on     *atomic.Bool // the batch's endpoint has accepted a deposit
+	maxAge time.Duration
+
+	mu   sync.Mutex
+	keys map[string]*claimAhead
+}
+
+// claimAhead is one key's claim made ahead, for one item.
+type claimAhead struct {
+	key     string
+	got     dedup.Claimed
+	at      time.Time
+	made    bool // the claim committed
+	spoiled bool // another deposit of the key began meanwhile
+}
+
+// ahead is what a deposit knows of its batch's claims made ahead: the
+// batch's (nil outside a batch that makes them) and its own, if any.
+type ahead struct {
+	b *claimsAhead
+	e *claimAhead
+}
+
+func newClaimsAhead(c *Client, on *atomic.Bool) *claimsAhead {
+	return &claimsAhead{c: c, on: on, maxAge: c.leases.lease.TTL / 4, keys: map[string]*claimAhead{}}
+}
+
+// active reports whether claims are made ahead now: only once the endpoint
+// has accepted a deposit, so that a batch its first answers stop has begun
+// no more than its slots.
+func (b *claimsAhead) active() bool { return b != nil && b.on.Load() }
+
+// claim claims ahead the intents of those of jobs whose deposit is one
+// step the server arbitrates (so that a claim's answer, stale or not, can
+// at worst cost a request that the server answers "exists"), and notes
+// each claim in its job. A failed ClaimMany notes nothing: the deposits
+// claim their keys themselves, and meet the store's error there.
+func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
+	c := b.c
+	var intents []dedup.Intent
+	var mine []*claimAhead
+	for i := range jobs {
+		j := &jobs[i]
+		if j.k == nil {
+			continue
+		}
+		steps, err := c.target.steps(*j.k, "")
+		if err != nil || !claimsFirst(steps) || !steps[0].arbitrated {
+			continue
+		}
+		s := steps[0]
+		e := &claimAhead{key: s.key}
+		b.mu.Lock()
+		_, taken := b.keys[s.key]
+		if !taken {
+			b.keys[s.key] = e
+		}
+		b.mu.Unlock()
+		// The key is noted before flights are asked, and a deposit joins
+		// its flight before it looks here: one of the two sees the other.
+		if taken || c.flights.has(s.key) {
+			if !taken {
+				b.forget(e)
+			}
+			continue
+		}
+		var body []byte
+		if s.keepBody {
+			body = j.k.Body
+		}
+		intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: s.target, Key: s.key}, Body: body})
+		mine = append(mine, e)
+		j.ahead = e
+	}
+	if len(intents) == 0 {
+		return
+	}
+	at := time.Now()
+	got, err := c.claims.store.ClaimMany(context.WithoutCancel(ctx), c.leases.lease, intents)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, e := range mine {
+		if err == nil && len(got) == len(mine) {
+			e.got, e.at, e.made = got[i], at, true
+		}
+	}
+}
+
+// began tells b that a deposit of key begins (it leads key's flight); a
+// claim made ahead for another item of the key is spoiled.
+func (a ahead) began(key string) {
+	if a.b == nil {
+		return
+	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	if e := a.b.keys[key]; e != nil && e != a.e {
+		e.spoiled = true
+	}
+}
+
+// take returns the deposit's claim made ahead, if it may stand for its
+// claim, and gives it up either way.
+func (a ahead) take() (dedup.Claimed, bool) {
+	if a.b == nil || a.e == nil {
+		return dedup.Claimed{}, false
+	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	e := a.e
+	if a.b.keys[e.key] == e {
+		delete(a.b.keys, e.key)
+	}
+	ok := e.made && !e.spoiled && time.Since(e.at) < a.b.maxAge
+	e.made = false // taken once
+	return e.got, ok
+}
+
+// forget gives up e, whether or not its deposit took it.
+func (b *claimsAhead) forget(e *claimAhead) {
+	if b == nil || e == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.keys[e.key] == e {
+		delete(b.keys, e.key)
+	}
+}
+
+// claimsFirst reports whether a batch deposit of steps claims its key
+// without looking it up first: a deposit of one durable step.
+func claimsFirst(steps []step) bool {
+	return len(steps) == 1 && steps[0].primary && steps[0].durable
+}

@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
+)
+
+// A batch whose keys come three times each, far apart and close together,
+// sends one request per key: a claim made ahead for a later line of a key
+// is never used after an earlier line's deposit settled the key (it would
+// re-send, and the server would answer "exists"). Every later line is
+// replayed.
+func TestClaimsAheadNeverResendASettledKey(t *testing.T) {
+	srv, err := repotest.NewServer(repotest.Config{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t)})
+	require.NoError(t, err)
+	const keys = 700
+	line := 0
+	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
+		// Each key at i, i+1 (the next line) and i+350 (other groups).
+		for round := range 2 {
+			for i := range keys / 2 {
+				k := round*keys/2 + i
+				for range 2 {
+					line++
+					if !yield(Item{Line: int64(line), Payload: fmt.Appendf(nil, `{"n":%d}`, k)}) {
+						return
+					}
+				}
+				line++
+				if !yield(Item{Line: int64(line), Payload: fmt.Appendf(nil, `{"n":%d}`, (k+keys/2)%keys)}) {
+					return
+				}
+			}
+		}
+	}, BatchOptions{Concurrency: 8})
+	require.NoError(t, err)
+	st := srv.Stats()
+	require.Equal(t, keys, sum.Created)
+	require.Zero(t, sum.Existing, "a later line re-sent a key an earlier one settled")
+	require.Equal(t, 2*keys, sum.Replayed)
+	require.EqualValues(t, keys, st.Requests, "one request per key")
+	require.Zero(t, st.Duplicates)
+}
+
+// attemptsOf counts the rows of target by their attempts.
+func attemptsOf(t *testing.T, s *dedup.SQLite, target string) map[int]int {
+	t.Helper()
+	n := map[int]int{}
+	for rec, err := range s.List(context.Background(), target, "") {
+		require.NoError(t, err)
+		n[rec.Attempts]++
+	}
+	return n
+}
+
+// A claim made ahead whose item waited longer than a quarter of the lease
+// is not used (its lease was not renewed meanwhile): the deposit claims
+// its key again, which counts a second attempt. Here the lease is 400 ms
+// and each request takes 20 ms at concurrency 1, so most of a group of 64
+// waits past 100 ms; the first group's items, claimed before the endpoint
+// had answered, are not claimed ahead at all.
+func TestAStaleClaimMadeAheadIsClaimedAgain(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[r.URL.Path] {
+			w.WriteHeader(http.StatusPreconditionFailed)
+			return
+		}
+		seen[r.URL.Path] = true
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Lease: 400 * time.Millisecond})
+	require.NoError(t, err)
+	const n = 80
+	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
+		for i := range n {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"n":%d}`, i)}) {
+				return
+			}
+		}
+	}, BatchOptions{Concurrency: 1})
+	require.NoError(t, err)
+	require.Equal(t, n, sum.Created)
+	require.Equal(t, n, sum.Requests)
+	byAttempts := attemptsOf(t, store, c.StoreTarget())
+	require.Equal(t, n, byAttempts[1]+byAttempts[2], "%v", byAttempts)
+	require.Greater(t, byAttempts[2], 10, "stale claims made ahead were used: %v", byAttempts)
+	require.Greater(t, byAttempts[1], 0, "%v", byAttempts)
+}
+
+// A key in flight in this process is not claimed ahead: its deposit may
+// settle it before the later item's deposit would use the claim.
+func TestAKeyInFlightIsNotClaimedAhead(t *testing.T) {
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	require.NoError(t, err)
+	var on atomic.Bool
+	on.Store(true)
+	b := newClaimsAhead(c, &on)
+	flying, idle := c.mustKey(t, `{"n":"flying"}`), c.mustKey(t, `{"n":"idle"}`)
+	c.flights.join(flying.Key)
+	jobs := []job{{k: &flying}, {k: &idle}}
+	b.claim(context.Background(), jobs)
+	require.Nil(t, jobs[0].ahead)
+	require.NotNil(t, jobs[1].ahead)
+	_, err = store.Lookup(context.Background(), c.StoreTarget(), flying.Key)
+	require.ErrorIs(t, err, dedup.ErrNotFound)
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), idle.Key)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatePending, rec.State)
+
+	// And the claim is taken once, by its own deposit.
+	got, ok := ahead{b: b, e: jobs[1].ahead}.take()
+	require.True(t, ok)
+	require.Equal(t, idle.Key, got.Record.Key)
+	_, ok = ahead{b: b, e: jobs[1].ahead}.take()
+	require.False(t, ok)
+}
+
+func (c *Client) mustKey(t *testing.T, payload string) canonical.Keyed {
+	t.Helper()
+	k, err := c.Key([]byte(payload))
+	require.NoError(t, err)
+	return k
+}
