@@ -200,7 +200,16 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
 	got, err := c.claim(ctx, ref, body, pre)
 	claimed := got.Record
-	if errors.Is(err, dedup.ErrLeased) {
+	switch {
+	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateDone:
+		// Settled by another process, whose lease the row still carries:
+		// answered as a look-up would have, without waiting it out.
+		r.replay(claimed)
+		r.noteRecordID(steps, []string{claimed.Identifier})
+		return r.res, r.end, nil
+	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateFailed:
+		return r.res, r.end, r.recordedFailure(r.primary, nil, claimed)
+	case errors.Is(err, dedup.ErrLeased):
 		return r.res, r.end, errLeasedElsewhere{rec: claimed}
 	}
 	if err != nil {

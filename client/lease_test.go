@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
 )
 
@@ -388,4 +390,61 @@ func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T
 	require.Equal(t, 3, sum.Created)
 	require.Equal(t, map[string]bool{keys[0]: true, keys[1]: false, keys[2]: false}, recovered)
 	require.Zero(t, store.looks.Load(), "the engine looked keys up before claiming them")
+}
+
+// parkWatch is a log handler that ends a batch the moment a deposit is
+// parked, which the test then reports.
+type parkWatch struct {
+	stop   context.CancelFunc
+	parked atomic.Bool
+}
+
+func (h *parkWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (h *parkWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "parked" {
+		h.parked.Store(true)
+		h.stop()
+	}
+	return nil
+}
+func (h *parkWatch) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *parkWatch) WithGroup(string) slog.Handler      { return h }
+
+// A key another process settled, whose row still carries that process's
+// live lease, is answered at once in a batch: done is replayed, failed is
+// the recorded failure. Nothing is sent and nothing waits for the lease.
+func TestAKeySettledElsewhereIsAnsweredWithoutWaitingForItsLease(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("request %s %s", r.Method, r.URL)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watch := &parkWatch{stop: cancel}
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Logger: slog.New(watch)})
+	require.NoError(t, err)
+	other := dedup.Lease{Owner: "another process", TTL: time.Hour}
+	done, failed := c.mustKey(t, `{"n":"done"}`), c.mustKey(t, `{"n":"failed"}`)
+	for _, k := range []canonical.Keyed{done, failed} {
+		_, err := store.Claim(ctx, c.StoreTarget(), k.Key, nil, other)
+		require.NoError(t, err)
+	}
+	_, err = store.Complete(ctx, c.StoreTarget(), done.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: "id-done", Status: 201})
+	require.NoError(t, err)
+	_, err = store.Fail(ctx, c.StoreTarget(), failed.Key, dedup.Failure{Status: 422, Problem: "refused"})
+	require.NoError(t, err)
+
+	got := map[string]ItemResult{}
+	_, err = c.Run(ctx, func(yield func(Item) bool) {
+		yield(Item{Line: 1, Payload: []byte(`{"n":"done"}`)})
+		yield(Item{Line: 2, Payload: []byte(`{"n":"failed"}`)})
+	}, BatchOptions{Concurrency: 2, OnResult: func(r ItemResult) { got[r.Key] = r }})
+	require.False(t, watch.parked.Load(), "a settled key waited for another process's lease")
+	require.NoError(t, err)
+	require.Equal(t, OutcomeReplayed, got[done.Key].Outcome)
+	require.Equal(t, "id-done", got[done.Key].Identifier)
+	require.Equal(t, OutcomeFailed, got[failed.Key].Outcome)
+	require.Equal(t, 422, got[failed.Key].Status)
 }
