@@ -41,14 +41,16 @@ type stallingStore struct {
 
 // ClaimMany, at the crash point "intents", stalls once a group of intents
 // is committed: before any of its requests is sent. Each group waits a
-// little first, so that intents queue up and groups form.
+// little first, so that intents queue up and groups form. At "ahead" it
+// stalls once a group the look-ahead claimed ahead is committed: larger
+// than the batch's 32 workers could claim at once.
 func (s stallingStore) ClaimMany(ctx context.Context, lease dedup.Lease, intents []dedup.Intent) ([]dedup.Claimed, error) {
 	if s.point == "intents" {
 		time.Sleep(2 * time.Millisecond)
 	}
 	got, err := s.SQLite.ClaimMany(ctx, lease, intents)
-	if s.point == "intents" && err == nil && len(intents) > 1 {
-		announce("intents", func(yield func(string) bool) {
+	if err == nil && (s.point == "intents" && len(intents) > 1 || s.point == "ahead" && len(intents) > 32) {
+		announce(s.point, func(yield func(string) bool) {
 			for _, in := range intents {
 				yield(in.Key)
 			}
@@ -109,12 +111,13 @@ func TestCrashHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// A process killed between a group's intents and its requests, or between
+// A process killed between a group's intents and its requests (a group
+// its workers claimed, or one the look-ahead claimed ahead), or between
 // the server's answers and the commit of their outcomes, loses nothing: no
 // result was delivered for those keys, their rows are pending, and the next
 // run settles each, as recovered, with one record per key on the server.
 func TestAKillAtEachBatchedWriteLosesNothing(t *testing.T) {
-	for _, point := range []string{"intents", "outcomes"} {
+	for _, point := range []string{"intents", "ahead", "outcomes"} {
 		t.Run(point, func(t *testing.T) {
 			srv, err := repotest.NewServer(repotest.Config{})
 			require.NoError(t, err)
@@ -161,7 +164,7 @@ func TestAKillAtEachBatchedWriteLosesNothing(t *testing.T) {
 				rec, err := store.Lookup(context.Background(), c.StoreTarget(), key)
 				require.NoError(t, err)
 				require.Equal(t, dedup.StatePending, rec.State, key)
-				if point == "intents" {
+				if point != "outcomes" {
 					require.False(t, onServer[key], "%s was sent although its group had not been dispatched", key)
 				} else {
 					require.True(t, onServer[key], "%s was answered, so the server holds it", key)
