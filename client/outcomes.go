@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/depositkit/deposit/dedup"
 )
@@ -18,6 +19,11 @@ type manyCompleter interface {
 const (
 	// maxOutcomes bounds the outcomes of one CompleteMany.
 	maxOutcomes = 1024
+	// A group of fewer than lingerBelow outcomes waits outcomeLinger for
+	// more before it is written: a commit per outcome or two costs the
+	// store's CPU, which the requests in flight and the server share.
+	lingerBelow   = 16
+	outcomeLinger = time.Millisecond
 	// outcomeRoom bounds the outcomes of a batch not yet recorded: a worker
 	// that would exceed it waits, holding no request slot.
 	outcomeRoom = 4 * maxOutcomes
@@ -28,8 +34,8 @@ const (
 // takes up its next item, and the deposit ends (its result delivered, its
 // lease and its key's in-process followers released) once the group that
 // holds the outcome has committed. A group is whatever arrived while the
-// previous one was being written, so a slow store gets larger groups and no
-// outcome waits for a timer.
+// previous one was being written, so a slow store gets larger groups; a
+// small group waits a millisecond for more (no worker waits for it).
 //
 // Nothing is sent after an outcome handed over, so the crash rules hold:
 // the intent was durable before the request, and a deposit is done, and
@@ -93,6 +99,11 @@ func (o *outcomes) wait() { o.wg.Wait() }
 func (o *outcomes) run() {
 	for {
 		o.mu.Lock()
+		if len(o.queue) < lingerBelow {
+			o.mu.Unlock()
+			time.Sleep(outcomeLinger)
+			o.mu.Lock()
+		}
 		n := min(len(o.queue), maxOutcomes)
 		if n == 0 {
 			o.running = false
