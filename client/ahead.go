@@ -161,6 +161,14 @@ func (b *claimsAhead) forget(e *claimAhead) {
 	}
 }
 
+// claimsInGroups reports whether a batch recording its outcomes with outs
+// claims its deposits' keys in groups, where one-step deposits claim
+// without a look-up first (claimsFirst) and may be claimed ahead. A
+// deliberate retry of failures looks first, to clear them.
+func (c *Client) claimsInGroups(outs *outcomes) bool {
+	return outs != nil && c.claims != nil && !c.retryFailed
+}
+
 // claimsFirst reports whether a batch deposit of steps claims its key
 // without looking it up first: a deposit of one durable step.
 func claimsFirst(steps []step) bool {

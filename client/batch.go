@@ -252,7 +252,7 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	// And where the store groups claims too, the look-ahead claims the
 	// intents of one-step deposits ahead, in groups (ahead.go).
 	var pre *claimsAhead
-	if outs != nil && c.claims != nil && !c.retryFailed {
+	if c.claimsInGroups(outs) {
 		pre = newClaimsAhead(c, &pipelined)
 	}
 	settle := func(r ItemResult) {

@@ -119,7 +119,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	// claim: the claim finds its row done, failed, leased elsewhere or
 	// pending as a look-up would, and names the row's prior owner. (A
 	// deliberate retry of failures looks first, to clear them.)
-	claimFirst := outs != nil && c.claims != nil && !c.retryFailed && claimsFirst(steps)
+	claimFirst := c.claimsInGroups(outs) && claimsFirst(steps)
 	recs := make([]*dedup.Record, len(steps))
 	start, pi := 0, -1
 	for i := range steps {
