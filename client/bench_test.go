@@ -36,7 +36,7 @@ func BenchmarkDeposit(b *testing.B) {
 			name := fmt.Sprintf("latency=%s/concurrency=%d", latency, conc)
 			b.Run("client/"+name, func(b *testing.B) { benchClient(b, conc, latency) })
 			b.Run("plain/"+name, func(b *testing.B) { benchPlain(b, conc, latency, nil) })
-			b.Run("floor/"+name, func(b *testing.B) { benchPlain(b, conc, latency, openFloorStore(b)) })
+			b.Run("floor/"+name, func(b *testing.B) { benchPlain(b, conc, latency, newFloorWrites(b)) })
 		}
 	}
 }
@@ -74,138 +74,155 @@ func benchClient(b *testing.B, conc int, latency time.Duration) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
 }
 
-// openFloorStore opens the floor's store, closed at the end of b.
-func openFloorStore(b *testing.B) *dedup.SQLite {
-	store, err := dedup.Open(filepath.Join(b.TempDir(), "deposit.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { store.Close() })
-	return store
+// floorWrites are the floor's store writes: intents claimed in groups of
+// floorGroup before their requests, outcomes recorded in groups (whatever
+// has arrived) after their answers. A nil *floorWrites writes nothing: the
+// plain loop.
+type floorWrites struct {
+	store *dedup.SQLite
+	done  chan string
+	wg    sync.WaitGroup
 }
 
 // floorGroup is how many intents the floor claims in one transaction.
 const floorGroup = 64
 
-// benchPlain runs the plain loop; with store, the floor: the loop with
-// the store's writes.
-func benchPlain(b *testing.B, conc int, latency time.Duration, store *dedup.SQLite) {
+const floorTarget = "floor"
+
+// newFloorWrites opens the floor's store, closed at the end of b.
+func newFloorWrites(b *testing.B) *floorWrites {
+	store, err := dedup.Open(filepath.Join(b.TempDir(), "deposit.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	return &floorWrites{store: store}
+}
+
+// feed sends the index of each of keys to next, then closes it; the floor
+// claims each group of intents before it sends their indices, and starts
+// recording outcomes.
+func (f *floorWrites) feed(b *testing.B, keys []string, next chan<- int) {
+	defer close(next)
+	if f == nil {
+		for i := range keys {
+			next <- i
+		}
+		return
+	}
+	f.done = make(chan string, 1024)
+	f.wg.Go(func() { f.complete(b) })
+	lease := dedup.Lease{Owner: "floor", TTL: time.Minute}
+	intents := make([]dedup.Intent, 0, floorGroup)
+	for from := 0; from < len(keys); from += floorGroup {
+		intents = intents[:0]
+		for _, k := range keys[from:min(from+floorGroup, len(keys))] {
+			intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: floorTarget, Key: k}})
+		}
+		if _, err := f.store.ClaimMany(context.Background(), lease, intents); err != nil {
+			b.Error(err)
+			return
+		}
+		for i := range intents {
+			next <- from + i
+		}
+	}
+}
+
+// complete records the outcomes sent to done until it is closed.
+func (f *floorWrites) complete(b *testing.B) {
+	confirm := func(k string) dedup.Confirmation {
+		return dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: k, Status: 201}
+	}
+	for key := range f.done {
+		group := map[string]dedup.Confirmation{key: confirm(key)}
+	more:
+		for len(group) < 1024 {
+			select {
+			case k, ok := <-f.done:
+				if !ok {
+					break more
+				}
+				group[k] = confirm(k)
+			default:
+				break more
+			}
+		}
+		if _, err := f.store.CompleteMany(context.Background(), floorTarget, group); err != nil {
+			b.Error(err) // and go on draining done, so that no sender blocks
+		}
+	}
+}
+
+// record hands over the outcome of key.
+func (f *floorWrites) record(key string) {
+	if f != nil {
+		f.done <- key
+	}
+}
+
+// finish waits for the outcomes and checks that n rows are done.
+func (f *floorWrites) finish(b *testing.B, n int) {
+	if f == nil {
+		return
+	}
+	close(f.done)
+	f.wg.Wait()
+	if got, err := f.store.Count(context.Background(), floorTarget); err != nil || got.Done != n {
+		b.Fatalf("floor: %d of %d done: %v", got.Done, n, err)
+	}
+}
+
+// benchPlain runs the plain loop; with floor, the floor: the loop with the
+// store's writes.
+func benchPlain(b *testing.B, conc int, latency time.Duration, floor *floorWrites) {
 	srv, err := repotest.NewServer(repotest.Config{Latency: latency})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer srv.Close()
 	run := fmt.Sprint(benchRun.Add(1))
-	type req struct {
-		key  string
-		body []byte
-	}
-	reqs := make([]req, b.N)
-	for i := range reqs {
+	keys, bodies := make([]string, b.N), make([][]byte, b.N)
+	for i := range keys {
 		body, err := canonical.JCS(benchPayload(run, i))
 		if err != nil {
 			b.Fatal(err)
 		}
-		reqs[i] = req{canonical.Key(body), body}
+		keys[i], bodies[i] = canonical.Key(body), body
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 64
 	hc := &http.Client{Transport: t}
-	var next atomic.Int64
+	next := make(chan int, floorGroup)
 	var wg sync.WaitGroup
-	ctx := context.Background()
-	const target = "floor"
-	// The floor's items pass from a claimer, in claimed groups, to the
-	// senders, whose outcomes a completer records.
-	claimed := make(chan int, floorGroup)
-	done := make(chan string, 1024)
-	var completer sync.WaitGroup
 	b.ResetTimer()
-	if store != nil {
-		go func() {
-			defer close(claimed)
-			lease := dedup.Lease{Owner: "floor", TTL: time.Minute}
-			intents := make([]dedup.Intent, 0, floorGroup)
-			for from := 0; from < len(reqs); from += floorGroup {
-				intents = intents[:0]
-				for i := from; i < min(from+floorGroup, len(reqs)); i++ {
-					intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: target, Key: reqs[i].key}})
-				}
-				if _, err := store.ClaimMany(ctx, lease, intents); err != nil {
-					b.Error(err)
-					return
-				}
-				for i := from; i < from+len(intents); i++ {
-					claimed <- i
-				}
-			}
-		}()
-		completer.Go(func() {
-			for key := range done {
-				group := map[string]dedup.Confirmation{key: {Outcome: dedup.OutcomeCreated, Identifier: key, Status: 201}}
-				for more := true; more && len(group) < 1024; {
-					select {
-					case k, ok := <-done:
-						if !ok {
-							more = false
-							break
-						}
-						group[k] = dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: k, Status: 201}
-					default:
-						more = false
-					}
-				}
-				if _, err := store.CompleteMany(ctx, target, group); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
+	go floor.feed(b, keys, next)
 	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if store != nil {
-					var ok bool
-					if i, ok = <-claimed; !ok {
-						return
-					}
-				}
-				if i >= len(reqs) {
-					return
-				}
-				r, _ := http.NewRequest(http.MethodPut, srv.URL+"/"+reqs[i].key, bytes.NewReader(reqs[i].body))
+		wg.Go(func() {
+			for i := range next {
+				r, _ := http.NewRequest(http.MethodPut, srv.URL+"/"+keys[i], bytes.NewReader(bodies[i]))
 				r.Header.Set("If-None-Match", "*")
 				r.Header.Set("Content-Type", "application/json")
+				// A failure is reported and the loop goes on, so that the
+				// feed never blocks.
 				resp, err := hc.Do(r)
 				if err != nil {
 					b.Error(err)
-					return
+					continue
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusCreated {
 					b.Errorf("status %d", resp.StatusCode)
-					return
+					continue
 				}
-				if store != nil {
-					done <- reqs[i].key
-				}
+				floor.record(keys[i])
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	close(done)
-	completer.Wait()
+	floor.finish(b, len(keys))
 	b.StopTimer()
-	if store != nil {
-		if n, err := store.Count(ctx, target); err != nil || n.Done != len(reqs) {
-			b.Fatalf("floor: %d of %d done: %v", n.Done, len(reqs), err)
-		}
-	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
 }
 
