@@ -25,10 +25,12 @@ const aheadGroup = 64
 //     may have settled the row since (such a deposit spoils it);
 //   - a key in flight in this process is not claimed ahead at all.
 //
-// Otherwise the deposit claims its key as it would have. A claim made
-// ahead and not used leaves its row as a claim does, pending until its
-// lease ends: nothing was sent for it, and the next deposit of the key
-// sends it (and counts it recovered, which may over-report, never under).
+// Otherwise the deposit claims its key as it would have. A claim made ahead
+// and never taken, because the batch stopped first, is released as unsent
+// (forget). One that a crash leaves behind stays as a claim does, pending
+// until its lease ends: nothing was sent for it, and the next deposit of
+// the key sends it (and counts it recovered, which may over-report, never
+// under).
 type claimsAhead struct {
 	c      *Client
 	on     *atomic.Bool // the batch's endpoint has accepted a deposit
@@ -93,7 +95,7 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		// its flight before it looks here: one of the two sees the other.
 		if taken || c.flights.has(s.key) {
 			if !taken {
-				b.forget(e)
+				b.forget(ctx, e)
 			}
 			continue
 		}
@@ -149,15 +151,30 @@ func (a ahead) take() (dedup.Claimed, bool) {
 	return e.got, ok
 }
 
-// forget gives up e, whether or not its deposit took it.
-func (b *claimsAhead) forget(e *claimAhead) {
+// forget gives up e, whether or not its deposit took it. A claim that was
+// made and never used, for a key no other deposit here began since, stands
+// for a request never sent (the batch stopped before the item's deposit
+// took it): it is released as unsent, which takes its attempt back and
+// ends its lease, so that the next deposit of the key neither counts it
+// recovered nor, in another process, waits for the lease to run out.
+func (b *claimsAhead) forget(ctx context.Context, e *claimAhead) {
 	if b == nil || e == nil {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.keys[e.key] == e {
 		delete(b.keys, e.key)
+	}
+	unused := e.made && !e.spoiled && !e.got.Leased
+	e.made = false
+	b.mu.Unlock()
+	if !unused {
+		return
+	}
+	c := b.c
+	ref := dedup.Ref{Target: e.got.Record.Target, Key: e.key}
+	if err := c.store.Release(context.WithoutCancel(ctx), c.leases.lease.Owner, ref, true); err != nil {
+		c.log.Warn("could not release a claim made ahead; its lease expires by itself", "key", e.key, "error", err)
 	}
 }
 

@@ -144,3 +144,48 @@ func (c *Client) mustKey(t *testing.T, payload string) canonical.Keyed {
 	require.NoError(t, err)
 	return k
 }
+
+// A batch stopped midway leaves pending only what it sent. Once its
+// requests in flight have finished, no row is pending: the claims made
+// ahead for items never sent are released, and so are the intents of
+// items that were waiting for a request slot when the batch stopped. The
+// next run counts nothing recovered and sends each remaining key once.
+func TestAStoppedBatchLeavesNothingPendingThatItNeverSent(t *testing.T) {
+	srv, err := repotest.NewServer(repotest.Config{Latency: 2 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	require.NoError(t, err)
+	const n = 400
+	items := func(yield func(Item) bool) {
+		for i := range n {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"n":%d}`, i)}) {
+				return
+			}
+		}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	first, err := c.Run(ctx, items, BatchOptions{Concurrency: 2, OnResult: func(r ItemResult) {
+		if r.Outcome == OutcomeCreated {
+			// By the first answer the look-ahead has claimed a group, and
+			// workers beyond the slots wait with their intents recorded.
+			stop()
+		}
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, first.Created, n/2, "the batch did not stop early")
+	require.Equal(t, first.Created, first.Requests, "a request counted that never left")
+	counts, err := store.Count(context.Background(), c.StoreTarget())
+	require.NoError(t, err)
+	require.Zero(t, counts.Pending, "intents of requests never sent are left pending")
+	require.Equal(t, first.Created, counts.Done)
+
+	second, err := c.Run(context.Background(), items, BatchOptions{Concurrency: 2})
+	require.NoError(t, err)
+	require.Zero(t, second.Recovered)
+	require.Equal(t, n-first.Created, second.Created)
+	require.Equal(t, first.Created, second.Replayed)
+	require.EqualValues(t, n, srv.Stats().Requests)
+}

@@ -270,7 +270,7 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 		defer wg.Done()
 		for j := range jobs {
 			r, end := c.runItem(itemCtx, j, opts.Shard, st.drain, outs, pre)
-			pre.forget(j.ahead)
+			pre.forget(itemCtx, j.ahead)
 			if !strict && !pipelined.Load() && (end != nil || r.Err == nil && r.Requests > 0) && !pipelined.Swap(true) {
 				// The endpoint takes deposits: from now on more workers
 				// than slots record intents while others' requests are in

@@ -80,7 +80,11 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		if last.err == nil {
 			x.c.pace.Observe(throttled(last, cls))
 		}
-		x.requestDone(last, req.method)
+		if errors.As(err, new(notSentError)) {
+			x.requests-- // counted as it was queued; it never left
+		} else {
+			x.requestDone(last, req.method)
+		}
 		if cls == classCreated || cls == classExists {
 			x.settled()
 		}
@@ -148,14 +152,16 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 
 // madeNoChange reports whether an answer proves that its request changed
 // nothing on the server: the connection was never made (refused, or the
-// host did not resolve), or the server refused in a way that concerns every
+// host did not resolve), the request never left the batch's queue, or the
+// server refused in a way that concerns every
 // item (classStop: credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
 	if a.err == nil {
 		return cls == classStop
 	}
 	var dns *net.DNSError
-	if errors.As(a.err, &dns) {
+	var unsent notSentError
+	if errors.As(a.err, &dns) || errors.As(a.err, &unsent) {
 		return true
 	}
 	var op *net.OpError

@@ -207,7 +207,7 @@ func (a *lookAhead) pass(j job) {
 	select {
 	case a.work <- j:
 	case <-a.drain:
-		a.ahead.forget(j.ahead)
+		a.ahead.forget(a.ctx, j.ahead)
 		var key string
 		if j.k != nil {
 			key = j.k.Key

@@ -84,7 +84,7 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if req.Body != nil {
 				req.Body.Close()
 			}
-			return nil, err
+			return nil, notSentError{err}
 		}
 	}
 	if err := t.wait(req.Context()); err != nil {
@@ -92,7 +92,7 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, err
+		return nil, notSentError{err}
 	}
 	outer := req.Context()
 	if t.timeout > 0 {
@@ -112,6 +112,14 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 	return resp, nil
 }
+
+// notSentError is a request's end before any of it reached the network:
+// the batch drained, or its context ended, while it waited for its slot or
+// its turn at the rate. Such a request changed nothing on the server.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
 
 // wait waits for the adaptive limiter, then for the rate limiter.
 func (t *sharedTransport) wait(ctx context.Context) error {
