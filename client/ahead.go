@@ -9,7 +9,7 @@ import (
 	"github.com/depositkit/deposit/dedup"
 )
 
-// aheadGroup is how many intents a batch's look-ahead claims at once.
+// aheadGroup is the most intents a batch's look-ahead claims at once.
 const aheadGroup = 64
 
 // claimsAhead claims the intents of a batch's one-step deposits in groups,
@@ -25,19 +25,29 @@ const aheadGroup = 64
 //     may have settled the row since (such a deposit spoils it);
 //   - a key in flight in this process is not claimed ahead at all.
 //
-// Otherwise the deposit claims its key as it would have. A claim made ahead
-// and never taken, because the batch stopped first, is released as unsent
-// (forget). One that a crash leaves behind stays as a claim does, pending
-// until its lease ends: nothing was sent for it, and the next deposit of
-// the key sends it (and counts it recovered, which may over-report, never
-// under).
+// Otherwise the deposit claims its key as it would have. Against a slow
+// server, items wait longer between the look-ahead and their request, so a
+// group's later claims would go stale, each then costing a second claim,
+// and hold leases that other processes wait for. So the claims made ahead
+// and not yet taken are bounded by what the batch takes in half a claim's
+// useful life, at the rate its deposits have been taking their claims
+// (groupSize); up to aheadGroup per group.
+//
+// A claim made ahead and never taken, because the batch stopped first, is
+// released as unsent (forget). One that a crash leaves behind stays as a
+// claim does, pending until its lease ends: nothing was sent for it, and
+// the next deposit of the key sends it (and counts it recovered, which may
+// over-report, never under).
 type claimsAhead struct {
 	c      *Client
 	on     *atomic.Bool // the batch's endpoint has accepted a deposit
 	maxAge time.Duration
 
-	mu   sync.Mutex
-	keys map[string]*claimAhead
+	mu       sync.Mutex
+	keys     map[string]*claimAhead
+	waiting  int           // claims made ahead and not yet taken
+	lastTake time.Time     // when a deposit of the batch last took its claim
+	interval time.Duration // between deposits taking their claims, averaged
 }
 
 // claimAhead is one key's claim made ahead, for one item.
@@ -65,6 +75,55 @@ func newClaimsAhead(c *Client, on *atomic.Bool) *claimsAhead {
 // no more than its slots.
 func (b *claimsAhead) active() bool { return b != nil && b.on.Load() }
 
+// groupSize is how many intents the next group may claim ahead: as many as
+// keep the claims waiting to be taken within what the batch takes in half
+// of maxAge, so that the last of them is taken in time. Before the rate is
+// known, one.
+func (b *claimsAhead) groupSize() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.room()
+}
+
+// room is groupSize, with b.mu held.
+func (b *claimsAhead) room() int {
+	room := 1
+	if b.interval > 0 {
+		room = int(min(b.maxAge/2/b.interval, 2*aheadGroup))
+	}
+	return min(max(room-b.waiting, 0), aheadGroup)
+}
+
+// reserve takes room for up to n claims made ahead and returns how many;
+// unreserve gives back what a group did not claim.
+func (b *claimsAhead) reserve(n int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = min(n, b.room())
+	b.waiting += n
+	return n
+}
+
+func (b *claimsAhead) unreserve(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting -= n
+}
+
+// tookClaim notes that a deposit of the batch took its claim now, whether
+// made ahead or not: the batch's rate of taking them. b.mu is held.
+func (b *claimsAhead) tookClaim(now time.Time) {
+	if !b.lastTake.IsZero() {
+		d := now.Sub(b.lastTake)
+		if b.interval == 0 {
+			b.interval = d
+		} else {
+			b.interval += (d - b.interval) / 8
+		}
+	}
+	b.lastTake = now
+}
+
 // claim claims ahead the intents of those of jobs whose deposit is one
 // step the server arbitrates (so that a claim's answer, stale or not, can
 // at worst cost a request that the server answers "exists"), and notes
@@ -74,8 +133,12 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 	c := b.c
 	var intents []dedup.Intent
 	var mine []*claimAhead
+	size := b.reserve(len(jobs))
 	for i := range jobs {
 		j := &jobs[i]
+		if len(intents) == size {
+			break
+		}
 		if j.k == nil {
 			continue
 		}
@@ -107,6 +170,9 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		mine = append(mine, e)
 		j.ahead = e
 	}
+	if len(intents) < size {
+		b.unreserve(size - len(intents))
+	}
 	if len(intents) == 0 {
 		return
 	}
@@ -114,10 +180,12 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 	got, err := c.claims.store.ClaimMany(context.WithoutCancel(ctx), c.leases.lease, intents)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if err != nil || len(got) != len(mine) {
+		b.waiting -= len(mine)
+		return
+	}
 	for i, e := range mine {
-		if err == nil && len(got) == len(mine) {
-			e.got, e.at, e.made = got[i], at, true
-		}
+		e.got, e.at, e.made = got[i], at, true
 	}
 }
 
@@ -137,16 +205,24 @@ func (a ahead) began(key string) {
 // take returns the deposit's claim made ahead, if it may stand for its
 // claim, and gives it up either way.
 func (a ahead) take() (dedup.Claimed, bool) {
-	if a.b == nil || a.e == nil {
+	if a.b == nil {
 		return dedup.Claimed{}, false
 	}
 	a.b.mu.Lock()
 	defer a.b.mu.Unlock()
+	now := time.Now()
+	a.b.tookClaim(now)
 	e := a.e
+	if e == nil {
+		return dedup.Claimed{}, false
+	}
 	if a.b.keys[e.key] == e {
 		delete(a.b.keys, e.key)
 	}
-	ok := e.made && !e.spoiled && time.Since(e.at) < a.b.maxAge
+	ok := e.made && !e.spoiled && now.Sub(e.at) < a.b.maxAge
+	if e.made {
+		a.b.waiting--
+	}
 	e.made = false // taken once
 	return e.got, ok
 }
@@ -166,6 +242,9 @@ func (b *claimsAhead) forget(ctx context.Context, e *claimAhead) {
 		delete(b.keys, e.key)
 	}
 	unused := e.made && !e.spoiled && !e.got.Leased
+	if e.made {
+		b.waiting--
+	}
 	e.made = false
 	b.mu.Unlock()
 	if !unused {

@@ -118,7 +118,7 @@ func (a *lookAhead) run(queue <-chan Item) {
 		a.items = append(a.items[:0], it)
 		want := a.group
 		if a.ahead.active() {
-			want = max(want, aheadGroup)
+			want = max(want, a.ahead.groupSize())
 		}
 		if want > 1 {
 			a.gather(queue, want)
