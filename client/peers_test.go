@@ -274,7 +274,7 @@ func BenchmarkS3Deposit(b *testing.B) {
 	for _, conc := range []int{1, 8} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
 			c := peerClient(b, S3{Endpoint: s.Endpoint + "/" + s.Bucket, AWS: versityAWS(s)})
-			run := fmt.Sprintf("bench-%d-%d", conc, b.N)
+			run := fmt.Sprintf("s3-bench-%d", benchRun.Add(1)) // new objects in every run, -count included
 			b.ResetTimer()
 			sum, err := c.Run(context.Background(), payloadItems(b.N, run), BatchOptions{Concurrency: conc})
 			b.StopTimer()
