@@ -153,8 +153,8 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 // madeNoChange reports whether an answer proves that its request changed
 // nothing on the server: the connection was never made (refused, or the
 // host did not resolve), the request never left the batch's queue, or the
-// server refused in a way that concerns every
-// item (classStop: credentials, a missing endpoint).
+// server refused in a way that concerns every item (classStop:
+// credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
 	if a.err == nil {
 		return cls == classStop
