@@ -64,10 +64,11 @@ func copyOrDefault(base *http.Client) *http.Client {
 // batch it takes one of the batch's request slots (requestSlots) for each
 // request; it waits for the rate limiter (nil: unlimited) before each
 // request, then gives the attempt timeout (0: none) to send it and read
-// its answer; and it deliberately has no CloseIdleConnections: go-retryablehttp closes its
-// client's idle connections whenever it gives up on a request, which on a
-// transport shared by a whole batch would drop every worker's keep-alive
-// connection at each failure. net/http discards broken connections itself.
+// its answer; and it deliberately has no CloseIdleConnections:
+// go-retryablehttp closes its client's idle connections whenever it gives
+// up on a request, which on a transport shared by a whole batch would drop
+// every worker's keep-alive connection at each failure. net/http discards
+// broken connections itself.
 type sharedTransport struct {
 	next    http.RoundTripper
 	limiter *backoff.Limiter
@@ -77,22 +78,22 @@ type sharedTransport struct {
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	slots, _ := req.Context().Value(slotsKey{}).(*requestSlots)
-	release := func() {}
-	if slots != nil {
-		var err error
-		if release, err = slots.acquire(req.Context()); err != nil {
-			if req.Body != nil {
-				req.Body.Close()
-			}
-			return nil, notSentError{err}
-		}
-	}
-	if err := t.wait(req.Context()); err != nil {
-		release()
+	notSent := func(err error) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, notSentError{err}
+	}
+	release := func() {}
+	if slots != nil {
+		var err error
+		if release, err = slots.acquire(req.Context()); err != nil {
+			return notSent(err)
+		}
+	}
+	if err := t.wait(req.Context()); err != nil {
+		release()
+		return notSent(err)
 	}
 	outer := req.Context()
 	if t.timeout > 0 {
