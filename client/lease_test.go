@@ -363,9 +363,7 @@ func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T
 	payloads := []string{`{"title":"theirs"}`, `{"title":"ours"}`, `{"title":"new"}`}
 	keys := make([]string, len(payloads))
 	for i, p := range payloads {
-		k, err := c.Key([]byte(p))
-		require.NoError(t, err)
-		keys[i] = k.Key
+		keys[i] = c.mustKey(t, p).Key
 	}
 	ref := func(i int) dedup.Ref { return dedup.Ref{Target: c.StoreTarget(), Key: keys[i]} }
 	_, err = store.Claim(ctx, ref(0).Target, ref(0).Key, nil, dedup.Lease{Owner: "another process", TTL: time.Minute})
