@@ -28,7 +28,7 @@ func benchPayload(run string, i int) []byte {
 // concurrency. One op is one new record. The floor is the plain loop plus
 // the least any client that keeps the crash rules must write: each group of
 // intents committed (one ClaimMany) before its requests, each outcome
-// committed (CompleteMany of whatever has arrived) after its answer. It is
+// committed (ConfirmMany of whatever has arrived) after its answer. It is
 // what the store costs, apart from the client's own work.
 func BenchmarkDeposit(b *testing.B) {
 	for _, latency := range []time.Duration{0, 2 * time.Millisecond} {
@@ -148,7 +148,7 @@ func (f *floorWrites) complete(b *testing.B) {
 				break more
 			}
 		}
-		if _, err := f.store.CompleteMany(context.Background(), floorTarget, group); err != nil {
+		if _, err := f.store.ConfirmMany(context.Background(), floorTarget, group); err != nil {
 			b.Error(err) // and go on draining done, so that no sender blocks
 		}
 	}

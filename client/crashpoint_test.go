@@ -59,9 +59,9 @@ func (s stallingStore) ClaimMany(ctx context.Context, lease dedup.Lease, intents
 	return got, err
 }
 
-// CompleteMany, at the crash point "outcomes", stalls before it writes a
+// ConfirmMany, at the crash point "outcomes", stalls before it writes a
 // group of outcomes: the server has answered, nothing is recorded yet.
-func (s stallingStore) CompleteMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]dedup.Record, error) {
+func (s stallingStore) ConfirmMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]string, error) {
 	if s.point == "outcomes" && len(items) > 1 {
 		announce("outcomes", func(yield func(string) bool) {
 			for k := range items {
@@ -69,7 +69,7 @@ func (s stallingStore) CompleteMany(ctx context.Context, target string, items ma
 			}
 		})
 	}
-	return s.SQLite.CompleteMany(ctx, target, items)
+	return s.SQLite.ConfirmMany(ctx, target, items)
 }
 
 // announce prints "point KEY..." and waits to be killed.

@@ -9,15 +9,17 @@ import (
 	"github.com/depositkit/deposit/dedup"
 )
 
-// manyCompleter is a store that records many confirmations in one
-// transaction; *dedup.SQLite and *dedup.Postgres are. With a store that is
-// not, a batch records each outcome before it takes up the next item.
-type manyCompleter interface {
-	CompleteMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]dedup.Record, error)
+// manyConfirmer is a store that records many confirmations in one
+// transaction and returns the keys that were done already with another
+// identifier, each with the identifier that stays; *dedup.SQLite and
+// *dedup.Postgres are. With a store that is not, a batch records each
+// outcome before it takes up the next item.
+type manyConfirmer interface {
+	ConfirmMany(ctx context.Context, target string, items map[string]dedup.Confirmation) (map[string]string, error)
 }
 
 const (
-	// maxOutcomes bounds the outcomes of one CompleteMany.
+	// maxOutcomes bounds the outcomes of one ConfirmMany.
 	maxOutcomes = 1024
 	// A group of fewer than lingerBelow outcomes waits outcomeLinger for
 	// more before it is written: a commit per outcome or two costs the
@@ -42,7 +44,7 @@ const (
 // reported, only once its outcome is. A crash before the commit leaves the
 // row pending, which the next run settles (and counts as recovered).
 type outcomes struct {
-	store manyCompleter
+	store manyConfirmer
 	room  chan struct{}
 	wg    sync.WaitGroup // outcomes handed over and not yet ended
 
@@ -69,7 +71,7 @@ type ending struct {
 }
 
 func newOutcomes(store Store) *outcomes {
-	m, ok := store.(manyCompleter)
+	m, ok := store.(manyConfirmer)
 	if !ok {
 		return nil
 	}
@@ -124,8 +126,8 @@ func (o *outcomes) run() {
 	}
 }
 
-// record writes group, one CompleteMany per target; a target's row comes
-// at most once in a CompleteMany, a second outcome for it goes in the next.
+// record writes group, one ConfirmMany per target; a target's row comes
+// at most once in a ConfirmMany, a second outcome for it goes in the next.
 func (o *outcomes) record(group []*ending) {
 	ctx := context.Background()
 	for len(group) > 0 {
@@ -145,40 +147,41 @@ func (o *outcomes) record(group []*ending) {
 			items[e.ref.Key] = e.conf
 			now = append(now, e)
 		}
-		stored := map[string]map[string]dedup.Record{}
+		firsts := map[string]map[string]string{}
 		failed := map[string]error{}
 		for target, items := range byTarget {
-			recs, err := o.store.CompleteMany(ctx, target, items)
+			f, err := o.store.ConfirmMany(ctx, target, items)
 			if err != nil && !errors.Is(err, dedup.ErrConflict) {
 				failed[target] = err
 				continue
 			}
-			stored[target] = recs
+			firsts[target] = f
 		}
 		for _, e := range now {
 			if err := failed[e.ref.Target]; err != nil {
-				e.recorded(dedup.Record{}, err)
+				e.recorded("", err)
 				continue
 			}
-			e.recorded(stored[e.ref.Target][e.ref.Key], nil)
+			e.recorded(firsts[e.ref.Target][e.ref.Key], nil)
 		}
 		group = later
 	}
 }
 
-// recorded settles e with the store's answer: the row as stored, or the
-// error that kept it from being written.
-func (e *ending) recorded(rec dedup.Record, err error) {
+// recorded settles e with the store's answer: the identifier that stays
+// when the key was done already with another (else ""), or the error that
+// kept the outcome from being written.
+func (e *ending) recorded(first string, err error) {
 	c := e.c
 	switch {
 	case err != nil:
 		e.err = c.storeError(err)
 		e.res.Outcome = OutcomeOf(e.err)
-	case rec.Identifier != "" && rec.Identifier != e.conf.Identifier:
+	case first != "" && first != e.conf.Identifier:
 		c.log.Warn("key already confirmed with another identifier; keeping the first",
-			"key", e.ref.Key, "first", rec.Identifier, "now", e.conf.Identifier)
+			"key", e.ref.Key, "first", first, "now", e.conf.Identifier)
 		if e.primary {
-			e.res.Identifier = rec.Identifier
+			e.res.Identifier = first
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/depositkit/deposit/internal/pgtest"
 )
@@ -155,18 +156,58 @@ func BenchmarkComplete(b *testing.B) {
 }
 
 func BenchmarkCompleteMany1000(b *testing.B) {
+	benchConfirmations(b, false, func(s *SQLite, items map[string]Confirmation) error {
+		_, err := s.CompleteMany(context.Background(), target, items)
+		return err
+	})
+}
+
+// BenchmarkCompleteManyPending1000 and BenchmarkConfirmManyPending1000
+// confirm pending keys, as a batch's outcome writer does: ConfirmMany reads
+// no row back.
+func BenchmarkCompleteManyPending1000(b *testing.B) {
+	benchConfirmations(b, true, func(s *SQLite, items map[string]Confirmation) error {
+		_, err := s.CompleteMany(context.Background(), target, items)
+		return err
+	})
+}
+
+func BenchmarkConfirmManyPending1000(b *testing.B) {
+	benchConfirmations(b, true, func(s *SQLite, items map[string]Confirmation) error {
+		_, err := s.ConfirmMany(context.Background(), target, items)
+		return err
+	})
+}
+
+// benchConfirmations has confirm record groups of 1,000 confirmations of
+// keys not in the store; with pending, each group is claimed (untimed) just
+// before.
+func benchConfirmations(b *testing.B, pending bool, confirm func(*SQLite, map[string]Confirmation) error) {
 	s := openBench(b)
 	ctx := context.Background()
 	const batch = 1000
 	keys := newKeys(b.N * batch)
 	c := Confirmation{Outcome: OutcomeCreated, Identifier: "10.5072/bench", Status: 201}
+	lease := Lease{Owner: "bench", TTL: time.Minute}
 	b.ResetTimer()
 	for i := range b.N {
+		group := keys[i*batch : (i+1)*batch]
+		if pending {
+			b.StopTimer()
+			intents := make([]Intent, len(group))
+			for j, k := range group {
+				intents[j] = Intent{Ref: Ref{Target: target, Key: k}, Body: []byte(`{"title":"bench"}`)}
+			}
+			if _, err := s.ClaimMany(ctx, lease, intents); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
 		items := make(map[string]Confirmation, batch)
-		for _, k := range keys[i*batch : (i+1)*batch] {
+		for _, k := range group {
 			items[k] = c
 		}
-		if _, err := s.CompleteMany(ctx, target, items); err != nil {
+		if err := confirm(s, items); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -21,6 +21,7 @@ type testStore interface {
 	Fail(ctx context.Context, target, key string, f Failure) (Record, error)
 	ResetFailed(ctx context.Context, target, key string) error
 	CompleteMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]Record, error)
+	ConfirmMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]string, error)
 	Count(ctx context.Context, target string) (Counts, error)
 	List(ctx context.Context, target string, state State) iter.Seq2[Record, error]
 	Close() error
@@ -339,6 +340,55 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 		c, err := s.Count(ctx, target)
 		require.NoError(t, err)
 		require.Equal(t, Counts{Done: 3}, c)
+	})
+
+	t.Run("confirm many marks pending, failed and unknown keys done and reports only conflicts", func(t *testing.T) {
+		s := open(t)
+		_, err := s.Complete(ctx, target, "done-other", created)
+		require.NoError(t, err)
+		_, err = s.Complete(ctx, target, "done-same", created)
+		require.NoError(t, err)
+		_, err = s.Begin(ctx, target, "pending", []byte("b"))
+		require.NoError(t, err)
+		_, err = s.Fail(ctx, target, "failed", failure)
+		require.NoError(t, err)
+		confirm := func(id string) Confirmation {
+			return Confirmation{Outcome: OutcomeCreated, Identifier: id, Status: 201}
+		}
+		items := map[string]Confirmation{
+			"done-other": confirm("10.5072/other"),
+			"done-same":  confirm(created.Identifier),
+			"pending":    confirm("10.5072/pending"),
+			"failed":     confirm("10.5072/failed"),
+			"unknown":    confirm("10.5072/unknown"),
+		}
+		firsts, err := s.ConfirmMany(ctx, target, items)
+		require.ErrorIs(t, err, ErrConflict)
+		require.Contains(t, err.Error(), "done-other")
+		require.Equal(t, map[string]string{"done-other": created.Identifier}, firsts)
+		for k, c := range items {
+			r, err := s.Lookup(ctx, target, k)
+			require.NoError(t, err)
+			require.Equal(t, StateDone, r.State, k)
+			if k == "done-other" {
+				require.Equal(t, created.Identifier, r.Identifier, "the first result stays")
+				continue
+			}
+			require.Equal(t, c.Identifier, r.Identifier, k)
+		}
+		r, err := s.Lookup(ctx, target, "pending")
+		require.NoError(t, err)
+		require.Equal(t, []byte("b"), r.Body, "the intent's body is kept")
+		require.Equal(t, 201, r.Status)
+		r, err = s.Lookup(ctx, target, "failed")
+		require.NoError(t, err)
+		require.Empty(t, r.Problem, "a failed key's problem is cleared")
+
+		firsts, err = s.ConfirmMany(ctx, target, map[string]Confirmation{"pending": confirm("10.5072/pending")})
+		require.NoError(t, err, "the same confirmation again is no conflict")
+		require.Empty(t, firsts)
+		_, err = s.ConfirmMany(ctx, target, map[string]Confirmation{"k": {Outcome: OutcomeCreated}})
+		require.ErrorIs(t, err, ErrInvalidArgument)
 	})
 
 	t.Run("count and list by state", func(t *testing.T) {

@@ -701,7 +701,7 @@ func (p *Postgres) Complete(ctx context.Context, target, key string, c Confirmat
 		// Already done, which is final: the first result stays.
 		rec, err = scanPGRecord(p.pool.QueryRow(ctx, p.q.get, target, key))
 		if err == nil && rec.Identifier != c.Identifier {
-			return rec, conflictError(key, rec, c)
+			return rec, conflictError(key, rec.Identifier, c)
 		}
 	}
 	if err != nil {
@@ -768,7 +768,25 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 			conflicts = append(conflicts, k)
 		}
 	}
-	return out, conflictsError(conflicts, out, items)
+	return out, conflictsError(conflicts, firstIdentifiers(conflicts, out), items)
+}
+
+// ConfirmMany is CompleteMany returning only the keys that were done
+// already with another identifier, each with the identifier that stays;
+// see SQLite.ConfirmMany. CompleteMany's one statement reads its rows back
+// anyway.
+func (p *Postgres) ConfirmMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]string, error) {
+	recs, err := p.CompleteMany(ctx, target, items)
+	if err != nil && !errors.Is(err, ErrConflict) {
+		return nil, err
+	}
+	firsts := map[string]string{}
+	for k, r := range recs {
+		if r.Identifier != items[k].Identifier {
+			firsts[k] = r.Identifier
+		}
+	}
+	return firsts, err
 }
 
 // Fail records a terminal answer for key; see Store.

@@ -128,7 +128,7 @@ type SQLite struct {
 	rdb *sql.DB // read-only pool
 
 	stInsert, stBegin, stConfirm, stComplete, stFail, stGet, stReset *sql.Stmt // on wdb
-	stClaimNew, stClaim                                              *sql.Stmt // on wdb
+	stMarkDone, stClaimNew, stClaim                                  *sql.Stmt // on wdb
 	stLookup, stLookupMany, stLookupDone                             *sql.Stmt // on rdb
 
 	mu         sync.RWMutex // guards sending on queue against Close
@@ -240,6 +240,7 @@ func (s *SQLite) open() error {
 		{s.wdb, &s.stInsert, sqlInsert},
 		{s.wdb, &s.stBegin, sqlBegin},
 		{s.wdb, &s.stConfirm, sqlConfirm},
+		{s.wdb, &s.stMarkDone, sqlMarkDone},
 		{s.wdb, &s.stComplete, sqlComplete},
 		{s.wdb, &s.stFail, sqlFail},
 		{s.wdb, &s.stGet, sqlGet},
@@ -340,7 +341,7 @@ func (s *SQLite) Close() error {
 
 func (s *SQLite) closeDBs() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stComplete, s.stFail, s.stGet, s.stReset, s.stClaimNew, s.stClaim, s.stLookup, s.stLookupMany, s.stLookupDone} {
+	for _, st := range []*sql.Stmt{s.stInsert, s.stBegin, s.stConfirm, s.stMarkDone, s.stComplete, s.stFail, s.stGet, s.stReset, s.stClaimNew, s.stClaim, s.stLookup, s.stLookupMany, s.stLookupDone} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -392,6 +393,11 @@ const (
 			problem = '', updated_at = ?6
 		WHERE target = ?1 AND key = ?2 AND state <> 'done'
 		RETURNING attempts, created_at, body`
+	// sqlMarkDone is sqlConfirm reading nothing back: a RETURNING row
+	// costs the writer about a fifth of a confirmation's time.
+	sqlMarkDone = `UPDATE records SET state = 'done', outcome = ?3, identifier = ?4, status = ?5,
+			problem = '', updated_at = ?6
+		WHERE target = ?1 AND key = ?2 AND state <> 'done'`
 	sqlComplete = `INSERT INTO records (target, key, state, outcome, identifier, status, attempts, created_at, updated_at)
 		VALUES (?1, ?2, 'done', ?3, ?4, ?5, 0, ?6, ?6)
 		ON CONFLICT (target, key) DO UPDATE SET
@@ -693,7 +699,7 @@ func (s *SQLite) Begin(ctx context.Context, target, key string, body []byte) (Re
 
 // complete runs one confirmation inside tx. It returns the record as stored
 // and whether the key was already done with another identifier.
-// stComplete and stGet are s.stComplete and s.stGet bound to tx.
+// stConfirm, stComplete and stGet are the store's statements bound to tx.
 func (s *SQLite) complete(stConfirm, stComplete, stGet *sql.Stmt, target, key string, c Confirmation) (Record, bool, error) {
 	// The common case, a pending key, is an update that returns only what
 	// the caller does not already know: scanning a whole RETURNING row
@@ -713,6 +719,12 @@ func (s *SQLite) complete(stConfirm, stComplete, stGet *sql.Stmt, target, key st
 	if !errors.Is(err, sql.ErrNoRows) {
 		return Record{}, false, err
 	}
+	return s.completeUnknown(stComplete, stGet, target, key, c, now)
+}
+
+// completeUnknown is complete for a key with no row that is not done: it
+// has no row, or it is done already and the first result stays.
+func (s *SQLite) completeUnknown(stComplete, stGet *sql.Stmt, target, key string, c Confirmation, now int64) (Record, bool, error) {
 	rec, err := scanRecord(stComplete.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, now))
 	if err == nil {
 		return rec, false, nil
@@ -729,8 +741,8 @@ func (s *SQLite) complete(stConfirm, stComplete, stGet *sql.Stmt, target, key st
 }
 
 // conflictError describes a confirmation that lost to an earlier one.
-func conflictError(key string, first Record, c Confirmation) error {
-	return fmt.Errorf("%w: key %s is done with %s, not %s", ErrConflict, key, first.Identifier, c.Identifier)
+func conflictError(key, first string, c Confirmation) error {
+	return fmt.Errorf("%w: key %s is done with %s, not %s", ErrConflict, key, first, c.Identifier)
 }
 
 // Complete records the server's confirmation of key; see Store.
@@ -752,7 +764,7 @@ func (s *SQLite) Complete(ctx context.Context, target, key string, c Confirmatio
 		return Record{}, fmt.Errorf("dedup: complete %s: %w", key, err)
 	}
 	if conflict {
-		return rec, conflictError(key, rec, c)
+		return rec, conflictError(key, rec.Identifier, c)
 	}
 	return rec, nil
 }
@@ -786,7 +798,66 @@ func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[stri
 	if err != nil {
 		return nil, fmt.Errorf("dedup: complete %d keys: %w", len(keys), err)
 	}
-	return out, conflictsError(conflicts, out, items)
+	return out, conflictsError(conflicts, firstIdentifiers(conflicts, out), items)
+}
+
+// ConfirmMany records many confirmations in one transaction, as
+// CompleteMany does, but reads back none of the rows it marks done: a
+// batch needs to know only which keys were done already with another
+// identifier. It returns those keys, each with the identifier that stays,
+// and then an error that wraps ErrConflict.
+func (s *SQLite) ConfirmMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]string, error) {
+	keys, err := checkConfirmations(target, items)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	var conflicts []string
+	firsts := map[string]string{}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		conflicts = conflicts[:0]
+		clear(firsts)
+		markDone, stComplete, stGet := tx.Stmt(s.stMarkDone), tx.Stmt(s.stComplete), tx.Stmt(s.stGet)
+		now := s.stamp()
+		for _, k := range keys {
+			c := items[k]
+			res, err := markDone.Exec(target, k, string(c.Outcome), c.Identifier, c.Status, now)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				continue
+			}
+			rec, conflict, err := s.completeUnknown(stComplete, stGet, target, k, c, now)
+			if err != nil {
+				return err
+			}
+			if conflict {
+				conflicts = append(conflicts, k)
+				firsts[k] = rec.Identifier
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: confirm %d keys: %w", len(keys), err)
+	}
+	return firsts, conflictsError(conflicts, firsts, items)
+}
+
+// firstIdentifiers maps each of keys to its identifier in recs.
+func firstIdentifiers(keys []string, recs map[string]Record) map[string]string {
+	firsts := make(map[string]string, len(keys))
+	for _, k := range keys {
+		firsts[k] = recs[k].Identifier
+	}
+	return firsts
 }
 
 // checkConfirmations checks the keys and confirmations of a CompleteMany
@@ -805,17 +876,17 @@ func checkConfirmations(target string, items map[string]Confirmation) ([]string,
 }
 
 // conflictsError describes the confirmations of a CompleteMany that lost to
-// earlier ones (nil when none did); out holds the records as stored.
-func conflictsError(conflicts []string, out map[string]Record, items map[string]Confirmation) error {
+// earlier ones (nil when none did); firsts holds the identifiers that stay.
+func conflictsError(conflicts []string, firsts map[string]string, items map[string]Confirmation) error {
 	switch len(conflicts) {
 	case 0:
 		return nil
 	case 1:
 		k := conflicts[0]
-		return conflictError(k, out[k], items[k])
+		return conflictError(k, firsts[k], items[k])
 	default:
 		k := conflicts[0]
-		return fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, out[k].Identifier, items[k].Identifier)
+		return fmt.Errorf("%w: %d keys, the first %s is done with %s, not %s", ErrConflict, len(conflicts), k, firsts[k], items[k].Identifier)
 	}
 }
 
