@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/depositkit/deposit/dedup"
 )
@@ -112,8 +111,5 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahea
 			return dedup.Claimed{}, err
 		}
 	}
-	if got.Leased {
-		return got, fmt.Errorf("%w: key %s until %s", dedup.ErrLeased, ref.Key, got.Record.LeaseExpires.Format(time.RFC3339Nano))
-	}
-	return got, nil
+	return got, got.Err()
 }

@@ -25,6 +25,7 @@ package dedup
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -114,6 +115,16 @@ type Claimed struct {
 	// that finds its row pending learns from it, without a look-up of its
 	// own, whether another process may have sent it.
 	PriorOwner string
+}
+
+// Err is what Claim returns for the claim: an error wrapping ErrLeased,
+// naming the key and when the lease ends, if another owner's lease refused
+// it; else nil.
+func (c Claimed) Err() error {
+	if !c.Leased {
+		return nil
+	}
+	return fmt.Errorf("%w: key %s until %s", ErrLeased, c.Record.Key, c.Record.LeaseExpires.Format(time.RFC3339Nano))
 }
 
 // Settings are the key settings a target was first used with. A run whose

@@ -19,11 +19,6 @@ func checkLease(l Lease) error {
 	return nil
 }
 
-// leasedError describes a claim refused because of another owner's lease.
-func leasedError(key string, rec Record) error {
-	return fmt.Errorf("%w: key %s until %s", ErrLeased, key, rec.LeaseExpires.Format(time.RFC3339Nano))
-}
-
 // Claim records the intent to send the first request of a deposit, as
 // Begin does, and takes lease on the key in the same transaction. A done or
 // failed row keeps its state but is leased all the same: the deposit's
@@ -39,10 +34,7 @@ func (s *SQLite) Claim(ctx context.Context, target, key string, body []byte, lea
 	if err != nil {
 		return Record{}, fmt.Errorf("dedup: claim %s: %w", key, err)
 	}
-	if got[0].Leased {
-		return got[0].Record, leasedError(key, got[0].Record)
-	}
-	return got[0].Record, nil
+	return got[0].Record, got[0].Err()
 }
 
 // ClaimMany is Claim for many keys in one transaction: the intents of a

@@ -223,10 +223,7 @@ func (s claimViaMany) Claim(ctx context.Context, target, key string, body []byte
 	if err != nil {
 		return Record{}, err
 	}
-	if got[0].Leased {
-		return got[0].Record, leasedError(key, got[0].Record)
-	}
-	return got[0].Record, nil
+	return got[0].Record, got[0].Err()
 }
 
 func TestSQLiteClaimMany(t *testing.T) {
@@ -319,4 +316,13 @@ func runClaimManyTests(t *testing.T, open func(t *testing.T) manyClaimer) {
 		require.NoError(t, err)
 		require.Empty(t, got)
 	})
+}
+
+func TestClaimedErrNamesTheKeyAndTheLeasesEnd(t *testing.T) {
+	until := time.Date(2026, 12, 1, 10, 0, 0, 5000, time.UTC)
+	rec := Record{Target: "t", Key: "k1", State: StatePending, LeaseOwner: "other", LeaseExpires: until}
+	require.NoError(t, Claimed{Record: rec}.Err(), "a claim that took its lease")
+	err := Claimed{Record: rec, Leased: true}.Err()
+	require.ErrorIs(t, err, ErrLeased)
+	require.ErrorContains(t, err, "key k1 until 2026-12-01T10:00:00.000005Z")
 }

@@ -846,10 +846,7 @@ func (p *Postgres) Claim(ctx context.Context, target, key string, body []byte, l
 	if err != nil {
 		return Record{}, p.fail("claim "+key, err)
 	}
-	if !wrote {
-		return rec, leasedError(key, rec)
-	}
-	return rec, nil
+	return rec, Claimed{Record: rec, Leased: !wrote}.Err()
 }
 
 // ClaimMany is Claim for many keys in one statement and transaction; see
