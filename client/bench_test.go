@@ -230,9 +230,9 @@ func benchPlain(b *testing.B, conc int, latency time.Duration, floor *floorWrite
 }
 
 // reportDeposits reports the rate of deposits and the process's CPU time
-// per deposit, the client's and the server's together. Without latency
-// the benchmark is bound by the 2 cores, and the CPU time per deposit
-// moves less than the rate when the machine's speed drifts.
+// per deposit, the client's and the server's together: without latency a
+// run is bound by the machine's cores, so what it spends is what limits
+// its rate.
 func reportDeposits(b *testing.B, cpu time.Duration) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "deposits/s")
 	if cpu > 0 {

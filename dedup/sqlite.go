@@ -393,8 +393,8 @@ const (
 			problem = '', updated_at = ?6
 		WHERE target = ?1 AND key = ?2 AND state <> 'done'
 		RETURNING attempts, created_at, body`
-	// sqlMarkDone is sqlConfirm reading nothing back: a RETURNING row
-	// costs the writer about a fifth of a confirmation's time.
+	// sqlMarkDone is sqlConfirm reading nothing back: on a pending key the
+	// RETURNING row is about half of a confirmation's time.
 	sqlMarkDone = `UPDATE records SET state = 'done', outcome = ?3, identifier = ?4, status = ?5,
 			problem = '', updated_at = ?6
 		WHERE target = ?1 AND key = ?2 AND state <> 'done'`
@@ -722,8 +722,8 @@ func (s *SQLite) complete(stConfirm, stComplete, stGet *sql.Stmt, target, key st
 	return s.completeUnknown(stComplete, stGet, target, key, c, now)
 }
 
-// completeUnknown is complete for a key with no row that is not done: it
-// has no row, or it is done already and the first result stays.
+// completeUnknown is complete for a key whose row, if it has one, is done
+// already: it inserts the row done, or keeps the first result.
 func (s *SQLite) completeUnknown(stComplete, stGet *sql.Stmt, target, key string, c Confirmation, now int64) (Record, bool, error) {
 	rec, err := scanRecord(stComplete.QueryRow(target, key, string(c.Outcome), c.Identifier, c.Status, now))
 	if err == nil {
@@ -805,7 +805,7 @@ func (s *SQLite) CompleteMany(ctx context.Context, target string, items map[stri
 // CompleteMany does, but reads back none of the rows it marks done: a
 // batch needs to know only which keys were done already with another
 // identifier. It returns those keys, each with the identifier that stays,
-// and then an error that wraps ErrConflict.
+// with an error wrapping ErrConflict when there are any.
 func (s *SQLite) ConfirmMany(ctx context.Context, target string, items map[string]Confirmation) (map[string]string, error) {
 	keys, err := checkConfirmations(target, items)
 	if err != nil {
