@@ -136,6 +136,29 @@ func (l *AdaptiveLimiter) Rate() float64 {
 	return l.c.limit
 }
 
+// Hold stops the rate from growing past the level its last confirmed cut
+// left (95% of the limit it found) until the returned func is called;
+// holds nest. A batch that has read all of its input holds: finding a
+// higher limit then gains it little, and a throttle would keep its last
+// items waiting out a Retry-After after every other item is done. Before
+// any confirmed cut, a hold changes nothing. For a nil limiter, a no-op.
+func (l *AdaptiveLimiter) Hold() (release func()) {
+	if l == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	l.c.holds++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.c.holds--
+			l.mu.Unlock()
+		})
+	}
+}
+
 // AtLowest reports whether the rate is as low as the limiter cuts it: 1
 // request per second, or the ceiling when that is lower. A server that
 // still throttles most requests then is not answered by slowing down; a
@@ -156,6 +179,7 @@ type control struct {
 	limit   float64 // the current rate; +Inf for unlimited
 	floor   float64 // the background share of throttles
 	knee    float64 // the accepted rate at the last confirmed cut; 0 before one
+	holds   int     // callers of Hold that have not released it
 
 	// The current window, from the first answer on.
 	start     time.Time
@@ -245,6 +269,9 @@ func (c *control) observe(now time.Time, throttled bool) (float64, bool) {
 		c.limit *= 1 + g*secs
 		if c.limit >= c.ceiling || (math.IsInf(c.ceiling, 1) && old > 2*sent) {
 			c.limit = c.ceiling
+		}
+		if c.holds > 0 && c.knee > 0 {
+			c.limit = min(c.limit, max(old, c.knee*adaptCut))
 		}
 	}
 	return c.limit, c.limit != old

@@ -254,3 +254,30 @@ func TestNilAdaptiveLimiterIsUnlimited(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, l.Wait(ctx), context.Canceled)
 }
+
+// A held limiter stops probing above the limit it found: near a load limit
+// its throttles stop while it keeps most of the limit, and once released it
+// probes again. A hold before any limit is found changes nothing. Each
+// simulation gets a server of its own: a simulation's clock starts at 0.
+func TestAdaptiveLimiterHeldStopsProbingAboveTheLimitItFound(t *testing.T) {
+	fc := newFakeClock(time.Now())
+	l := newAdaptiveLimiter(0, fc)
+	simulate(l, fc, loadLimit(400), 3000, 10*time.Second, 0)
+	free := simulate(l, fc, loadLimit(400), 3000, 20*time.Second, 0)
+	require.Greater(t, free.throttled, 0, "unheld, it probes above the limit now and then")
+
+	release := l.Hold()
+	simulate(l, fc, loadLimit(400), 3000, 5*time.Second, 0) // a probe under way ends with one more cut
+	held := simulate(l, fc, loadLimit(400), 3000, 20*time.Second, 0)
+	require.Zero(t, held.throttled, "held, it does not probe")
+	require.GreaterOrEqual(t, held.accepted(), 0.9*400)
+
+	release()
+	release() // a second call does nothing
+	again := simulate(l, fc, loadLimit(400), 3000, 20*time.Second, 0)
+	require.Greater(t, again.throttled, 0, "released, it probes again")
+
+	fresh := newAdaptiveLimiter(0, newFakeClock(time.Now()))
+	defer fresh.Hold()()
+	require.True(t, math.IsInf(fresh.Rate(), 1), "no limit found yet: a hold changes nothing")
+}

@@ -333,6 +333,11 @@ feed:
 		}
 	}
 	close(queue)
+	// The input is all read: the rest of the batch gains little from a
+	// higher limit, and a throttle now would keep its last items waiting
+	// out a Retry-After after the others are done.
+	releasePace := c.pace.Hold()
+	defer releasePace()
 	awg.Wait()
 	close(jobs)
 	wg.Wait()
