@@ -80,7 +80,7 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		if last.err == nil {
 			x.c.pace.Observe(throttled(last, cls))
 		}
-		if errors.As(err, new(notSentError)) {
+		if neverSent(err) {
 			x.requests-- // counted as it was queued; it never left
 		} else {
 			x.requestDone(last, req.method)
@@ -160,8 +160,7 @@ func madeNoChange(a answer, cls class) bool {
 		return cls == classStop
 	}
 	var dns *net.DNSError
-	var unsent notSentError
-	if errors.As(a.err, &dns) || errors.As(a.err, &unsent) {
+	if errors.As(a.err, &dns) || neverSent(a.err) {
 		return true
 	}
 	var op *net.OpError

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -121,6 +122,12 @@ type notSentError struct{ err error }
 
 func (e notSentError) Error() string { return e.err.Error() }
 func (e notSentError) Unwrap() error { return e.err }
+
+// neverSent reports whether err is, or wraps, a notSentError.
+func neverSent(err error) bool {
+	var e notSentError
+	return errors.As(err, &e)
+}
 
 // wait waits for the adaptive limiter, then for the rate limiter.
 func (t *sharedTransport) wait(ctx context.Context) error {
