@@ -246,7 +246,7 @@ func reportDeposits(b *testing.B, cpu time.Duration) {
 // the replay's time over the keys'. Each replay opens the store afresh, as
 // a new `deposit run` process does: its caches start cold, and the log of
 // the writes that filled it has been checkpointed into the file. The
-// README figures come from
+// figures in docs/performance.md come from
 //
 //	go test -run '^$' -bench 'Replay$' -benchtime 5x ./client
 func BenchmarkReplay(b *testing.B) {

@@ -29,7 +29,7 @@ import (
 // canonical bodies to a fresh `deposit serve` with If-None-Match: * over
 // keep-alive connections at the same concurrency, with no store: run-x is
 // the run's time over the loop's. The input has 20,000 lines unless
-// DEPOSIT_BENCH_LINES says otherwise; the README figures come from
+// DEPOSIT_BENCH_LINES says otherwise; the figures in docs/performance.md come from
 //
 //	DEPOSIT_BENCH_LINES=1000000 go test -run '^$' -bench RunBinary -benchtime 1x ./cmd/deposit
 func BenchmarkRunBinary(b *testing.B) {

@@ -700,13 +700,15 @@ func TestAnUnresolvedLineIsOneShortLine(t *testing.T) {
 }
 
 // Each command's help lists its flags; its usage line names every one of
-// them (unless it says "[flags]"), and so does the README's command line
-// reference.
-func TestEveryFlagIsInTheUsageLineAndTheREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// them (unless it says "[flags]"), and so does the command line reference
+// in docs/cli.md.
+func TestEveryFlagIsInTheUsageLineAndTheReference(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cli.md")
 	require.NoError(t, err)
-	_, ref, ok := strings.Cut(string(readme), "## Command line\n\n```\n")
-	require.True(t, ok, "the README has a command line reference")
+	_, ref, ok := strings.Cut(string(doc), "# The command line\n")
+	require.True(t, ok, "docs/cli.md is the command line reference")
+	_, ref, ok = strings.Cut(ref, "```\n")
+	require.True(t, ok, "docs/cli.md opens with the synopsis of every command")
 	ref, _, _ = strings.Cut(ref, "```")
 	for _, cmd := range []string{"run", "status", "key", "serve", "demo", "probe", "version"} {
 		t.Run(cmd+" names every flag", func(t *testing.T) {
@@ -721,18 +723,18 @@ func TestEveryFlagIsInTheUsageLineAndTheREADME(t *testing.T) {
 				}
 			}
 			entry := referenceEntry(ref, cmd)
-			require.NotEmpty(t, entry, "the README's reference has deposit %s", cmd)
+			require.NotEmpty(t, entry, "docs/cli.md has deposit %s", cmd)
 			for _, f := range flags {
 				if !strings.Contains(synopsis, "[flags]") {
 					require.Regexp(t, regexp.QuoteMeta(f)+`([\s\]]|$)`, synopsis, "the usage line of %s", cmd)
 				}
-				require.Regexp(t, regexp.QuoteMeta(f)+`([\s\]]|$)`, entry, "the README's reference of %s", cmd)
+				require.Regexp(t, regexp.QuoteMeta(f)+`([\s\]]|$)`, entry, "docs/cli.md's synopsis of %s", cmd)
 			}
 		})
 	}
 }
 
-// referenceEntry returns the lines of the README's reference ref that
+// referenceEntry returns the lines of the command line reference ref that
 // describe deposit cmd: its line and the indented lines after it.
 func referenceEntry(ref, cmd string) string {
 	var b strings.Builder

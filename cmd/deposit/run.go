@@ -120,7 +120,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
 	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs) or invenio (InvenioRDM, Zenodo; endpoint: the API root)")
-	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see the README)")
+	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see docs/design.md)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
@@ -131,7 +131,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
-	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see the README)")
+	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see docs/design.md)")
 	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
 	fs.StringVar(&o.datasets, "datasets", "", "deposit datasets: each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`; the key covers the files' bytes")
 	fs.Int64Var(&o.maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes; a longer line is invalid")
