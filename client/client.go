@@ -32,8 +32,8 @@ type Config struct {
 	// its key is computed, never from the body sent.
 	Ignore []string
 
-	// Retry is the retry policy for each step; its zero value is backoff's
-	// documented default.
+	// Retry is the retry policy for each step; a zero field takes its value
+	// from DefaultRetry.
 	Retry backoff.Policy
 	// Budget is the retry budget shared by every deposit of this client;
 	// nil means a fresh budget with backoff's default capacity, which Run
@@ -265,7 +265,7 @@ func New(cfg Config) (*Client, error) {
 		target:      drv,
 		keyer:       keyer,
 		store:       cfg.Store,
-		policy:      cfg.Retry,
+		policy:      retryPolicy(cfg.Retry),
 		budget:      cfg.Budget,
 		header:      cfg.Header.Clone(),
 		log:         cfg.Logger,
@@ -390,4 +390,47 @@ func (fs *flights) has(key string) bool {
 	defer fs.mu.Unlock()
 	_, ok := fs.m[key]
 	return ok
+}
+
+// DefaultRetry is the retry policy of a Config whose Retry fields are zero,
+// and of `deposit run`. Twenty attempts, because against a server that
+// fails a third of its requests at random ten still left 2 of 8,750 items
+// unresolved; MaxElapsed and the retry budget, not the attempts, end a
+// storm against a server that is down. Jittered waits are capped at 2 s:
+// an item that waits holds no request slot, so a batch lasts as long as
+// its slowest item, and with a 20 s cap one item that met seven faults in
+// a row held a flaky run for half a minute. A wait the server asks for
+// with Retry-After is honoured up to 20 s.
+var DefaultRetry = backoff.Policy{
+	Base:          100 * time.Millisecond,
+	Cap:           2 * time.Second,
+	RetryAfterCap: 20 * time.Second,
+	MaxAttempts:   20,
+	MaxElapsed:    2 * time.Minute,
+}
+
+// retryPolicy fills p's zero fields from DefaultRetry.
+func retryPolicy(p backoff.Policy) backoff.Policy {
+	d := DefaultRetry
+	if p.Base > 0 {
+		d.Base = p.Base
+	}
+	if p.Cap > 0 {
+		d.Cap = p.Cap
+		if p.RetryAfterCap <= 0 {
+			// A Cap of the caller's own bounds Retry-After too, as
+			// backoff.Policy documents, unless RetryAfterCap says otherwise.
+			d.RetryAfterCap = p.Cap
+		}
+	}
+	if p.RetryAfterCap > 0 {
+		d.RetryAfterCap = p.RetryAfterCap
+	}
+	if p.MaxAttempts > 0 {
+		d.MaxAttempts = p.MaxAttempts
+	}
+	if p.MaxElapsed > 0 {
+		d.MaxElapsed = p.MaxElapsed
+	}
+	return d
 }

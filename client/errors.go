@@ -32,8 +32,10 @@ var (
 	ErrSettingsMismatch = errors.New("key settings differ from those recorded for this target")
 	ErrConfig           = errors.New("client: invalid configuration")
 
-	// ErrUnreachable wraps ErrStopRun: the endpoint gave no answer at all
-	// before the first item ran out of retries.
+	// ErrUnreachable wraps ErrStopRun: no connection to the endpoint could
+	// be made (refused, or the host did not resolve) before any answer of
+	// the run, or the endpoint gave no answer at all before the first item
+	// ran out of retries.
 	ErrUnreachable = fmt.Errorf("%w: endpoint unreachable", ErrStopRun)
 	// ErrInterrupted wraps ErrUnresolved: the batch was asked to stop while
 	// this item was in flight or waiting.

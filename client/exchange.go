@@ -159,12 +159,19 @@ func madeNoChange(a answer, cls class) bool {
 	if a.err == nil {
 		return cls == classStop
 	}
+	return neverSent(a.err) || connectionNeverMade(a.err)
+}
+
+// connectionNeverMade reports whether err says no connection to the
+// server was made: the host did not resolve, or the dial failed (refused,
+// unreachable, timed out).
+func connectionNeverMade(err error) bool {
 	var dns *net.DNSError
-	if errors.As(a.err, &dns) || neverSent(a.err) {
+	if errors.As(err, &dns) {
 		return true
 	}
 	var op *net.OpError
-	return errors.As(a.err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // requestDone reports one request to the OnRequest hook and, at Debug, to
@@ -219,6 +226,12 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 	case <-x.drain:
 		return stop(ErrInterrupted)
 	default:
+	}
+	if a.err != nil && connectionNeverMade(a.err) && !x.c.answered.Load() {
+		// Nothing of this run has reached the server yet: a typo in the
+		// endpoint, or a server that is not running. Retrying would only
+		// repeat that for every item.
+		return stop(ErrUnreachable)
 	}
 	var resp *http.Response
 	if a.err == nil {

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
 )
 
@@ -59,8 +63,9 @@ func TestOneOfAnythingIsSingular(t *testing.T) {
 	require.Contains(t, r.stderr, "1 item in ")
 	require.Contains(t, r.stderr, "; 1 request, 0 retries\n")
 
-	r = deposit(t, nil, "run", "--endpoint", "http://127.0.0.1:1", "--db", filepath.Join(dir, "other.db"), "--max-attempts", "2", input)
-	require.Equal(t, exitStop, r.code, r.stderr)
+	busy := newServer(t, repotest.Config{Faults: "nth=1:503:retry-after=0,nth=2:503:retry-after=0"})
+	r = deposit(t, nil, "run", "--endpoint", busy.URL, "--db", filepath.Join(dir, "other.db"), "--max-attempts", "2", input)
+	require.Equal(t, exitUnresolved, r.code, r.stderr)
 	require.Contains(t, r.stderr, "1 item unresolved")
 	require.Contains(t, r.stderr, "; 2 requests, 1 retry\n")
 	require.NotContains(t, r.stderr, "settles them")
@@ -100,4 +105,55 @@ func TestASettingsMismatchIsExplainedOnce(t *testing.T) {
 	require.Contains(t, r.stderr, `--form jcs --ignore /x`)
 	require.Contains(t, r.stderr, `--form python and no --ignore`)
 	require.NotContains(t, r.stderr, "dedup:")
+}
+
+// A run that settles many keys an earlier run left uncertain names a few
+// of them and counts the rest; the summary line has no "recovered:" of
+// its own, so filtering the named lines leaves it.
+func TestRecoveredItemsAreNamedAFewAtATime(t *testing.T) {
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	db := filepath.Join(dir, "x.db")
+	lines := payloads(12)
+	input := filepath.Join(dir, "in.jsonl")
+	require.NoError(t, os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+
+	// Twelve intents of a process that died: pending rows whose lease
+	// has ended (1 ms, long past by the time the run claims them).
+	st, err := dedup.Open(db)
+	require.NoError(t, err)
+	for _, line := range lines {
+		body, err := canonical.JCS([]byte(line))
+		require.NoError(t, err)
+		_, err = st.Claim(context.Background(), "put "+srv.URL, canonical.Key(body), body, dedup.Lease{Owner: "a process that died", TTL: time.Millisecond})
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.Close())
+
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", db, "--results", filepath.Join(dir, "results.jsonl"), input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, maxRecoveredShown, strings.Count(r.stderr, ": recovered: "), r.stderr)
+	require.Contains(t, r.stderr, "(12 recovered from an earlier run or another process)")
+	require.Contains(t, r.stderr, "7 more recovered items not named above")
+	var summary int
+	for line := range strings.Lines(r.stderr) {
+		if strings.HasPrefix(line, "deposit run: ") {
+			summary++
+			require.NotContains(t, line, "recovered:", "grep -v 'recovered:' keeps the summary")
+		}
+	}
+	require.Equal(t, 1, summary)
+	results, err := os.ReadFile(filepath.Join(dir, "results.jsonl"))
+	require.NoError(t, err)
+	require.Len(t, jsonLines(t, string(results)), 12, "--results lists every line")
+}
+
+// An input without a line says so instead of a bare summary of nothing.
+func TestAnEmptyInputSaysNothingWasRead(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "empty.jsonl")
+	require.NoError(t, os.WriteFile(input, []byte("\n\n"), 0o600))
+	r := deposit(t, nil, "run", "--endpoint", "http://127.0.0.1:9", "--db", filepath.Join(dir, "x.db"), input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Contains(t, r.stderr, "nothing to deposit: "+input+" holds no line")
 }

@@ -55,13 +55,6 @@ type runOptions struct {
 
 }
 
-// batchBackoffCap caps the jittered wait between two attempts of one item.
-// An item that waits holds no request slot, so a batch's time is its
-// slowest item's: with the library's 20 s cap, one item in ten thousand
-// that met seven faults in a row kept a flaky run going for half a minute.
-// A server's Retry-After is still waited for, up to the library's 20 s.
-const batchBackoffCap = 2 * time.Second
-
 const runAbout = `Deposits each line of FILE (JSON Lines; "-" reads stdin) exactly once.
 Each line is one JSON payload; blank lines are skipped (line numbers still
 count). A line that is not valid JSON (or longer than --max-line-bytes) is
@@ -126,8 +119,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
-	fs.IntVar(&o.maxAttempts, "max-attempts", 20, "attempts per request, the first included; 1 means no retries")
-	fs.DurationVar(&o.maxElapsed, "max-elapsed", 2*time.Minute, "time budget for retrying one item")
+	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
+	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
 	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
@@ -286,7 +279,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Store:       store,
 		Form:        form,
 		Ignore:      o.ignore,
-		Retry:       backoff.Policy{Cap: batchBackoffCap, RetryAfterCap: 20 * time.Second, MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
+		Retry:       backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed}, // the rest from client.DefaultRetry
 		Rate:        o.rate,
 		RetryFailed: o.retryFailed,
 		Lease:       o.lease,
@@ -321,6 +314,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 
 	var keyReused int // failed: 422 under idempotency-key
+	var shown recoveredShown
 	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
 		Shard:       o.shard,
@@ -330,7 +324,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 			if reused {
 				keyReused++
 			}
-			logItem(prog, r, reused)
+			logItem(prog, r, reused, &shown)
 			if res != nil {
 				res.write(r)
 			}
@@ -361,12 +355,12 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused, stopped: stopped}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused, stopped: stopped, recoveredShown: int(shown)}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
 	case runErr != nil:
-		fmt.Fprintf(s.stderr, "deposit run: stopped: %s\n", explainStop(runErr, proto))
+		fmt.Fprintf(s.stderr, "deposit run: stopped: %s\n", explainStop(runErr, proto, o.endpoint))
 		code = exitStop
 	}
 	if readErr != nil {
@@ -454,10 +448,19 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 	return a
 }
 
+// maxRecoveredShown is how many recovered items a run names on stderr;
+// the summary counts the rest, and --results lists every one. After a kill
+// they can number in the hundreds, and they need no action.
+const maxRecoveredShown = 5
+
+// recoveredShown counts the recovered items a run has named on stderr.
+type recoveredShown int
+
 // logItem logs what a reader of stderr must see about one item: invalid
-// input, failures, unresolved items, and items recovered from an earlier run.
-// keyReused reports a failure that is a 422 under idempotency-key.
-func logItem(p *progress, r client.ItemResult, keyReused bool) {
+// input, failures, unresolved items, and the first few items recovered
+// from an earlier run. keyReused reports a failure that is a 422 under
+// idempotency-key.
+func logItem(p *progress, r client.ItemResult, keyReused bool, shown *recoveredShown) {
 	switch {
 	case r.Outcome == client.OutcomeInvalid:
 		p.logf("line %d: invalid: %s", r.Line, invalidReason(r.Err))
@@ -468,10 +471,14 @@ func logItem(p *progress, r client.ItemResult, keyReused bool) {
 		p.logf("line %d: failed: %s 422: the server holds this Idempotency-Key with another body (sent by another tool, or with a lost --db) for its key retention (IRI: 24 h); --retry-failed cannot help: the body it holds succeeds, another body needs another key", r.Line, shortKey(r.Key))
 	case r.Outcome == client.OutcomeFailed:
 		p.logf("line %d: failed: %s %s", r.Line, shortKey(r.Key), refusal(r.Err))
+	case r.Outcome == client.OutcomeUnresolved && errors.Is(r.Err, client.ErrStopRun):
+		// Running again cannot help until what stopped the run is fixed.
+		p.logf("line %d: unresolved: %s last answer: %s: the run stopped; once the cause (below) is fixed, run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
 		// One line on the terminal; --results keeps the key and the error.
 		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
-	case r.Recovered && r.Err == nil:
+	case r.Recovered && r.Err == nil && *shown < maxRecoveredShown:
+		*shown++
 		p.logf("line %d: recovered: %s was left uncertain by an earlier run or another process; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
 	}
 }
@@ -614,6 +621,8 @@ type tail struct {
 	// stopped: an answer or the endpoint stopped the run (not an
 	// interrupt); the stop's message gives the one advice.
 	stopped bool
+	// recoveredShown: the recovered items named on stderr.
+	recoveredShown int
 }
 
 // printSummary writes the final human summary.
@@ -621,9 +630,15 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
 		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
-		fmt.Fprintf(w, " (%d recovered: left uncertain by an earlier run or another process)", sum.Recovered)
+		fmt.Fprintf(w, " (%d recovered from an earlier run or another process)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if hidden := sum.Recovered - t.recoveredShown; hidden > 0 {
+		fmt.Fprintf(w, "  %d more recovered %s not named above (nothing to do; --results FILE lists every line)\n", hidden, pick(hidden, "item", "items"))
+	}
+	if sum.Total == 0 && sum.Skipped == 0 && t.unread == 0 {
+		fmt.Fprintf(w, "  nothing to deposit: %s holds no line (blank lines are skipped)\n", inputName(o.input))
+	}
 	if sum.Skipped > 0 {
 		fmt.Fprintf(w, "  %s skipped: left to other shards (--shard %s)\n", plural(sum.Skipped, "line"), o.shardSpec)
 	}
@@ -652,6 +667,14 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if sum.Invalid > 0 {
 		fmt.Fprintf(w, "  %s invalid (listed above by line number): fix them and run again; the other lines are replayed without requests\n", plural(sum.Invalid, "line"))
 	}
+}
+
+// inputName is how the summary names the input.
+func inputName(input string) string {
+	if input == "-" {
+		return "stdin"
+	}
+	return input
 }
 
 // parseShard reads --shard I/N (1-based) as the client's 0-based Shard.
@@ -700,7 +723,7 @@ func explainStore(db string, err error) string {
 
 // explainStop turns the error that stopped a run into a message a user can
 // act on. Credentials and the endpoint's query are never in it.
-func explainStop(err error, proto string) string {
+func explainStop(err error, proto, endpoint string) string {
 	var herr *client.HTTPError
 	if errors.As(err, &herr) {
 		msg := fmt.Sprintf("%s %s: %d %s", herr.Method, herr.URL, herr.StatusCode, http.StatusText(herr.StatusCode))
@@ -713,7 +736,7 @@ func explainStop(err error, proto string) string {
 		return msg
 	}
 	if errors.Is(err, client.ErrUnreachable) {
-		return fmt.Sprintf("the endpoint is unreachable (no answer at all: %s): check --endpoint and the network", lastAnswer(err))
+		return fmt.Sprintf("the endpoint %s is unreachable (%s): check --endpoint and the network", redact(endpoint), lastAnswer(err))
 	}
 	return oneLine(err)
 }
