@@ -89,4 +89,25 @@ func TestRunS3AgainstVersity(t *testing.T) {
 		require.Equal(t, exitDone, r.code, r.stderr)
 		require.Equal(t, 1, summaryOf(t, r.stdout).Existing)
 	})
+
+	t.Run("a dataset with an empty file is stored", func(t *testing.T) {
+		// The repro of the bug where a 0-byte file went chunked, without
+		// Content-Length, and versitygw answered 411 MissingContentLength.
+		data := filepath.Join(dir, "d")
+		require.NoError(t, os.MkdirAll(data, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(data, "empty.txt"), nil, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(data, "hi.txt"), []byte("hi\n"), 0o644))
+		in := writeFile(t, dir, "x.jsonl", `{"metadata":{"t":1},"files":["empty.txt","hi.txt"]}`)
+		db := filepath.Join(dir, "empty.db")
+		r := deposit(t, env, "run", "--protocol", "s3", "--endpoint", bucket, "--datasets", data, "--db", db, "--json", in)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		s := summaryOf(t, r.stdout)
+		require.Equal(t, 1, s.Created)
+		require.Equal(t, 3, s.Requests, "two files, then the document")
+
+		r = deposit(t, env, "run", "--protocol", "s3", "--endpoint", bucket, "--datasets", data, "--db", db, "--json", in)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.Equal(t, 1, summaryOf(t, r.stdout).Replayed)
+		require.Equal(t, 0, summaryOf(t, r.stdout).Requests)
+	})
 }
