@@ -124,6 +124,12 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	if resp != nil && err == nil {
 		return last, cls, nil
 	}
+	if cls == classTerminal {
+		// The judge found the transport error itself terminal: a body
+		// that could not be sent as promised (a file changed since it was
+		// hashed), which no retry would send otherwise.
+		return last, cls, nil
+	}
 	if cls == classAmbiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
 		// A dropped connection to a step that reconciles: the caller looks
 		// for its effect before sending again.
