@@ -158,7 +158,8 @@ type base64File struct {
 	sum  hash.Hash
 	read int64  // file bytes read so far
 	raw  []byte // read buffer, a multiple of 3 bytes
-	out  []byte // encoded bytes not yet returned
+	enc  []byte // encoding buffer
+	out  []byte // encoded bytes not yet returned, in enc
 	done bool
 }
 
@@ -202,7 +203,8 @@ func (b *base64File) fill() error {
 		}
 		b.read += int64(n)
 		b.sum.Write(b.raw[:n])
-		b.out = base64.StdEncoding.AppendEncode(b.out[:0], b.raw[:n])
+		b.enc = base64.StdEncoding.AppendEncode(b.enc[:0], b.raw[:n])
+		b.out = b.enc
 		return nil
 	}
 	var one [1]byte
@@ -222,7 +224,7 @@ func (b *base64File) close() {
 		b.fh.Close()
 		b.fh = nil
 	}
-	b.raw, b.out = nil, nil
+	b.raw, b.enc, b.out = nil, nil, nil
 }
 
 // judgeCouchDB judges an answer to a document PUT without a revision.
