@@ -338,9 +338,11 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 // DepositDataset deposits a dataset: metadata (JSON bytes) plus files named
 // relative to dir, keyed on the files' bytes (package canonical). The
 // canonical dataset document (digests, not file bytes) is what is sent,
-// except to S3, which stores the files too: each streamed as the object
-// {key}/{P}, then the document as {key}.json, written last as the dataset's
-// commit marker and its identifier.
+// except to the targets that store the files too: S3 streams each as the
+// object {key}/{P}, then the document as {key}.json, written last as the
+// dataset's commit marker and its identifier; CouchDB sends the document
+// with every file inline as an attachment, in the one PUT that creates it;
+// InvenioRDM uploads each to the record's draft.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
 	if err != nil {

@@ -68,6 +68,73 @@ func TestS3DatasetOnVersity(t *testing.T) {
 	require.Equal(t, res.Identifier, fresh.Identifier)
 }
 
+// requireContentLength checks that r was sent with Content-Length: n and
+// without chunked encoding, the only framing S3 accepts for a PutObject.
+func requireContentLength(t *testing.T, n string, r *http.Request) {
+	t.Helper()
+	require.Equal(t, n, r.Header.Get("Content-Length"), "%s %s", r.Method, r.URL.Path)
+	require.Empty(t, r.TransferEncoding, "%s %s", r.Method, r.URL.Path)
+}
+
+func TestS3DatasetSendsAnEmptyFileWithContentLength(t *testing.T) {
+	dir, names := datasetDir(t, map[string]string{"empty.txt": "", "hi.txt": "hi\n"})
+	t.Run("every PutObject carries its length, 0 included", func(t *testing.T) {
+		srv := newStorageServer(t, storageAnswer{status: 200})
+		c := storageClient(t, srv.URL+"/bucket", protocol.S3)
+		res, err := c.DepositDataset(context.Background(), dir, []byte(`{"t":1}`), names)
+		require.NoError(t, err)
+		require.Equal(t, OutcomeCreated, res.Outcome)
+		reqs := srv.requests()
+		require.Len(t, reqs, 3)
+		require.Equal(t, "/bucket/"+res.Key+"/empty.txt", reqs[0].URL.Path)
+		requireContentLength(t, "0", reqs[0])
+		require.Empty(t, srv.bodies[0])
+		require.Equal(t, emptySHA256, reqs[0].Header.Get("X-Amz-Content-Sha256"))
+		requireContentLength(t, "3", reqs[1])
+	})
+	t.Run("a retry of the empty file carries it again", func(t *testing.T) {
+		srv := newStorageServer(t, s3Err(503, "SlowDown", "slow down"), storageAnswer{status: 200})
+		c := storageClient(t, srv.URL+"/bucket", protocol.S3)
+		res, err := c.DepositDataset(context.Background(), dir, []byte(`{"t":1}`), names)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Retries)
+		reqs := srv.requests()
+		require.Equal(t, reqs[0].URL.Path, reqs[1].URL.Path)
+		requireContentLength(t, "0", reqs[0])
+		requireContentLength(t, "0", reqs[1])
+	})
+}
+
+// The dataset of the issue that found the empty-file bug: versitygw, like
+// AWS, refuses a chunked PutObject without a length (411
+// MissingContentLength).
+func TestS3DatasetWithAnEmptyFileOnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	bucket := s.Endpoint + "/" + s.Bucket
+	files := map[string]string{"empty.txt": "", "hi.txt": "hi\n"}
+	dir, names := datasetDir(t, files)
+	ctx := context.Background()
+
+	c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+	res, err := c.DepositDataset(ctx, dir, []byte(`{"t":1}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, 3, res.Requests)
+
+	signed := signedClient(versityAWS(s))
+	for name, content := range files {
+		status, body := get(t, signed, c.target.(s3Driver).objectURL(res.Key+"/"+name))
+		require.Equal(t, http.StatusOK, status, name)
+		require.Equal(t, content, body, name)
+	}
+
+	again, err := c.DepositDataset(ctx, dir, []byte(`{"t":1}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeReplayed, again.Outcome)
+	require.Equal(t, 0, again.Requests)
+}
+
 func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
 	dir, names := datasetDir(t, map[string]string{"a.txt": "a", "b/c.txt": "c"})
 	t.Run("files first, then the document", func(t *testing.T) {

@@ -112,14 +112,7 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			x.sent = time.Now()
 		},
 	}
-	var raw any
-	switch {
-	case req.open != nil:
-		raw = retryablehttp.ReaderFunc(req.open)
-	case req.body != nil:
-		raw = req.body
-	}
-	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.method, req.url, raw)
+	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.method, req.url, requestBody(req))
 	if err != nil {
 		return last, cls, fmt.Errorf("%w: %w", ErrStopRun, err)
 	}
@@ -129,6 +122,12 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		resp.Body.Close()
 	}
 	if resp != nil && err == nil {
+		return last, cls, nil
+	}
+	if cls == classTerminal {
+		// The judge found the transport error itself terminal: a body
+		// that could not be sent as promised (a file changed since it was
+		// hashed), which no retry would send otherwise.
 		return last, cls, nil
 	}
 	if cls == classAmbiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
@@ -148,6 +147,33 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	default:
 		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.method, redactURL(req.url), scrub(err))
 	}
+}
+
+// requestBody is what go-retryablehttp sends for req, rewound for every
+// attempt. A body of length 0 is no body at all: net/http sends any other
+// empty body chunked, without Content-Length, which S3 refuses (411
+// MissingContentLength), while for no body it sends Content-Length: 0 with a
+// PUT or a POST.
+func requestBody(req request) any {
+	switch {
+	case req.open != nil:
+		return retryablehttp.ReaderFunc(func() (io.Reader, error) {
+			r, err := req.open()
+			if err != nil {
+				return nil, err
+			}
+			if lr, ok := r.(interface{ Len() int }); ok && lr.Len() == 0 {
+				if c, ok := r.(io.Closer); ok {
+					c.Close()
+				}
+				return http.NoBody, nil
+			}
+			return r, nil
+		})
+	case len(req.body) > 0:
+		return req.body
+	}
+	return nil
 }
 
 // madeNoChange reports whether an answer proves that its request changed

@@ -48,7 +48,10 @@ type S3 struct {
 // {Endpoint}/{key}. A PUT without a revision creates the document or fails
 // with 409, so it is a conditional create by nature; 201 and 202 are
 // created, 409 exists. The payload must be a JSON object without top-level
-// members starting with "_".
+// members starting with "_". A dataset is the dataset document with every
+// file inline as an attachment named by its path, in that one PUT; a 409
+// is confirmed by reading the document back and comparing each
+// attachment's length and MD5 with the file's.
 type CouchDB struct {
 	// Endpoint is the database URL. Required.
 	Endpoint string
@@ -309,9 +312,22 @@ func (d couchdbDriver) stepTargets() []string     { return nil }
 func (d couchdbDriver) secretFingerprint() string { return "" }
 func (d couchdbDriver) guards(name string) bool   { return guardsConditional(name) }
 
-func (d couchdbDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+// wantsFileMD5: a dataset's files are checked against the MD5 digests
+// CouchDB reports for attachments.
+func (d couchdbDriver) wantsFileMD5() bool { return true }
+
+// steps is one PUT of the document; for a dataset, the dataset document
+// with every file inline as an attachment (couchdb_attachments.go).
+func (d couchdbDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
 	if err := checkCouchDocument(k.Body); err != nil {
 		return nil, err
+	}
+	if dir != "" {
+		s, err := d.couchDatasetStep(k, dir)
+		if err != nil {
+			return nil, err
+		}
+		return []step{s}, nil
 	}
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
@@ -321,20 +337,7 @@ func (d couchdbDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 			h.Set("Content-Type", "application/json")
 			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
 		},
-		judge: func(a answer) verdict {
-			if a.err == nil {
-				switch a.status {
-				case http.StatusAccepted:
-					// Accepted, not yet on every node.
-					return verdict{class: classCreated}
-				case http.StatusConflict:
-					// {"error":"conflict"}: a document with this id exists.
-					// The id is the content key, so it is ours.
-					return verdict{class: classExists}
-				}
-			}
-			return verdict{class: classifyCommon(a)}
-		},
+		judge:    judgeCouchDB,
 		fallback: credential.Strip(url),
 	}}, nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,4 +91,64 @@ func TestRunS3AgainstVersity(t *testing.T) {
 		require.Equal(t, exitDone, r.code, r.stderr)
 		require.Equal(t, 1, summaryOf(t, r.stdout).Existing)
 	})
+
+	t.Run("a dataset with an empty file is stored", func(t *testing.T) {
+		// The repro of the bug where a 0-byte file went chunked, without
+		// Content-Length, and versitygw answered 411 MissingContentLength.
+		data := filepath.Join(dir, "d")
+		require.NoError(t, os.MkdirAll(data, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(data, "empty.txt"), nil, 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(data, "hi.txt"), []byte("hi\n"), 0o644))
+		in := writeFile(t, dir, "x.jsonl", `{"metadata":{"t":1},"files":["empty.txt","hi.txt"]}`)
+		db := filepath.Join(dir, "empty.db")
+		r := deposit(t, env, "run", "--protocol", "s3", "--endpoint", bucket, "--datasets", data, "--db", db, "--json", in)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		s := summaryOf(t, r.stdout)
+		require.Equal(t, 1, s.Created)
+		require.Equal(t, 3, s.Requests, "two files, then the document")
+
+		r = deposit(t, env, "run", "--protocol", "s3", "--endpoint", bucket, "--datasets", data, "--db", db, "--json", in)
+		require.Equal(t, exitDone, r.code, r.stderr)
+		require.Equal(t, 1, summaryOf(t, r.stdout).Replayed)
+		require.Equal(t, 0, summaryOf(t, r.stdout).Requests)
+	})
+}
+
+// deposit run --protocol couchdb --datasets against pouchdb-server: each
+// dataset is one document with its files as attachments, an empty one
+// included, and a re-run sends nothing.
+func TestRunCouchDBDatasetsAgainstPouchDB(t *testing.T) {
+	db := peertest.PouchDB(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "d")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "empty.txt"), nil, 0o644))
+	bin := []byte{0, 1, 2, 0xfe, 0xff, '\n', '"', '\\'}
+	require.NoError(t, os.WriteFile(filepath.Join(data, "b.bin"), bin, 0o644))
+	in := writeFile(t, dir, "x.jsonl", `{"metadata":{"t":1},"files":["empty.txt","b.bin"]}`)
+	store := filepath.Join(dir, "deposit.db")
+	results := filepath.Join(dir, "results.jsonl")
+
+	r := deposit(t, nil, "run", "--protocol", "couchdb", "--endpoint", db, "--datasets", data, "--db", store, "--results", results, "--json", in)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	s := summaryOf(t, r.stdout)
+	require.Equal(t, 1, s.Created)
+	require.Equal(t, 1, s.Requests, "the document and its files in one PUT")
+	out, err := os.ReadFile(results)
+	require.NoError(t, err)
+	id := jsonLines(t, string(out))[0]["identifier"].(string)
+	for name, want := range map[string][]byte{"empty.txt": {}, "b.bin": bin} {
+		resp, err := http.Get(id + "/" + name)
+		require.NoError(t, err)
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, name)
+		require.Equal(t, want, got, name)
+	}
+
+	r = deposit(t, nil, "run", "--protocol", "couchdb", "--endpoint", db, "--datasets", data, "--db", store, "--json", in)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, 1, summaryOf(t, r.stdout).Replayed)
+	require.Equal(t, 0, summaryOf(t, r.stdout).Requests)
 }
