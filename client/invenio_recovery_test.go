@@ -3,8 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,4 +114,155 @@ func TestInvenioRecheckNoteIsDurableBeforeTheConfirmation(t *testing.T) {
 	_, err = invenioClient(t, s, store, tgt, fastRetry).Deposit(ctx, invenioRecord(5))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.ErrorContains(t, err, "2 records carry the marker")
+}
+
+// largeRecord is a payload of realistic size: a description of about
+// 1,000 characters, so that a page of 100 search hits is over 100 KiB.
+func largeRecord(i int) []byte {
+	desc := strings.Repeat(fmt.Sprintf("Sea surface temperature, series %d, sampled hourly. ", i), 20)
+	return fmt.Appendf(nil, `{"metadata":{"title":"Series %d","description":%q,"creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-11-30","resource_type":{"id":"dataset"}},"access":{"record":"public","files":"public"}}`, i, desc)
+}
+
+func largeRecords(n int) []Item {
+	its := make([]Item, n)
+	for i := range its {
+		its[i] = Item{Line: int64(i + 1), Payload: largeRecord(i)}
+	}
+	return its
+}
+
+// recoveryBatches are two batches for one store: records, and datasets.
+func recoveryBatches(t *testing.T, records int) (recs, sets []Item) {
+	dir := t.TempDir()
+	sets, _ = invenioDatasets(t, dir, 3, 2)
+	return largeRecords(records), sets
+}
+
+// runBatch runs its on c and returns the summary, every item settled.
+func runBatch(t *testing.T, c *Client, its []Item, opts BatchOptions) Summary {
+	t.Helper()
+	opts.Concurrency = 4
+	opts.OnResult = func(r ItemResult) { require.NoError(t, r.Err, "line %d", r.Line) }
+	sum, err := c.Run(context.Background(), seqOf(its), opts)
+	require.NoError(t, err)
+	require.Zero(t, sum.Unresolved+sum.Failed+sum.Invalid)
+	return sum
+}
+
+// One store, two batches (records, then datasets); the store is lost and
+// both batches run again, in either order, whole or sharded: nothing new is
+// created, every item is replayed, and the server was scanned once, its
+// pages (100 hits of over 100 KiB) read whole.
+func TestInvenioLostStoreRecoversEveryBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		shards int
+	}{{"whole", 1}, {"sharded", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
+			recs, sets := recoveryBatches(t, 150)
+			first := openStore(t)
+			runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), recs, BatchOptions{})
+			runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), sets, BatchOptions{})
+			before := s.Stats()
+			require.Equal(t, int64(153), before.Published)
+
+			lost := openStore(t)
+			for _, batch := range [][]Item{sets, recs} {
+				for i := range tc.shards {
+					opts := BatchOptions{}
+					if tc.shards > 1 {
+						opts.Shard = Shard{Index: i, Count: tc.shards}
+					}
+					sum := runBatch(t, invenioClient(t, s, lost, Invenio{}, fastRetry), batch, opts)
+					require.Equal(t, sum.Total, sum.Replayed)
+				}
+			}
+			after := s.Stats()
+			require.Equal(t, before.Drafts, after.Drafts, "no new draft")
+			require.Equal(t, before.Published, after.Published, "no new record")
+			require.Equal(t, before.Uploads, after.Uploads)
+			require.Equal(t, int64(2), after.Searches-before.Searches, "one scan of two pages, no per-key search")
+		})
+	}
+}
+
+// crashingScanStore is the real store whose FinishScan fails without
+// writing anything: a scan killed before it is kept.
+type crashingScanStore struct {
+	*dedup.SQLite
+	reached atomic.Bool
+}
+
+func (s *crashingScanStore) FinishScan(context.Context, string, []dedup.Found) error {
+	s.reached.Store(true)
+	return errCrashed
+}
+
+// A recovery run cut short during its scan keeps nothing of it: the next
+// run scans again, and creates nothing.
+func TestInvenioScanCutShortKeepsNothing(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
+	recs := largeRecords(120)
+	runBatch(t, invenioClient(t, s, openStore(t), Invenio{}, fastRetry), recs, BatchOptions{})
+	before := s.Stats()
+
+	lost := openStore(t)
+	crash := &crashingScanStore{SQLite: lost}
+	sum, err := invenioClient(t, s, crash, Invenio{}, fastRetry).Run(context.Background(), seqOf(recs), BatchOptions{Concurrency: 4})
+	require.ErrorIs(t, err, errCrashed)
+	require.True(t, crash.reached.Load())
+	require.Zero(t, sum.Created+sum.Replayed)
+	require.Equal(t, before.Drafts, s.Stats().Drafts)
+
+	drv := Invenio{Endpoint: s.API}.mustDriver(t)
+	scanned, err := lost.ClaimScan(context.Background(), drv.scanTarget(), dedup.Lease{Owner: "test", TTL: time.Minute})
+	require.NoError(t, err, "the killed scan's lease was released")
+	require.False(t, scanned, "nothing of the scan was kept")
+	require.NoError(t, lost.ReleaseScan(context.Background(), drv.scanTarget(), "test"))
+
+	sum = runBatch(t, invenioClient(t, s, lost, Invenio{}, fastRetry), recs, BatchOptions{})
+	require.Equal(t, len(recs), sum.Replayed)
+	after := s.Stats()
+	require.Equal(t, before.Drafts, after.Drafts, "no new draft")
+	require.Equal(t, int64(4), after.Searches-before.Searches, "the scan of two pages, twice")
+}
+
+// Two clients on one lost store (two handles on its file, as two
+// processes) recover at once: one scans, the other waits for its mark, and
+// nothing is created.
+func TestInvenioTwoClientsRecoverOneStoreAtOnce(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
+	recs, sets := recoveryBatches(t, 150)
+	first := openStore(t)
+	runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), recs, BatchOptions{})
+	runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), sets, BatchOptions{})
+	before := s.Stats()
+
+	path := t.TempDir() + "/lost.db"
+	a := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+	b := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+	sums := make(chan Summary, 2)
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for c, batch := range map[*Client][]Item{a: recs, b: sets} {
+		wg.Go(func() {
+			sum, err := c.Run(context.Background(), seqOf(batch), BatchOptions{Concurrency: 4})
+			sums <- sum
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(sums)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for sum := range sums {
+		require.Equal(t, sum.Total, sum.Replayed, "%+v", sum)
+	}
+	after := s.Stats()
+	require.Equal(t, before.Drafts, after.Drafts, "no new draft")
+	require.Equal(t, before.Published, after.Published)
+	require.Equal(t, int64(2), after.Searches-before.Searches, "one scan for both")
 }
