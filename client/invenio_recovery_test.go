@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,4 +266,55 @@ func TestInvenioTwoClientsRecoverOneStoreAtOnce(t *testing.T) {
 	require.Equal(t, before.Drafts, after.Drafts, "no new draft")
 	require.Equal(t, before.Published, after.Published)
 	require.Equal(t, int64(2), after.Searches-before.Searches, "one scan for both")
+}
+
+// An account past the search's 10,000-hit window stops the run before
+// anything is created, saying why. The server is a fake that answers every
+// search with a page whose total is 10,001 (the stub would need 10,001
+// records) and counts the creates it is sent.
+func TestInvenioScanPastTheSearchWindowStopsTheRun(t *testing.T) {
+	var creates atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			creates.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"hits":{"hits":[{"id":"x1","is_published":true,"metadata":{"identifiers":[]}}],"total":10001}}`)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(Config{Target: Invenio{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: openStore(t), Retry: fastRetry, Rate: -1})
+	require.NoError(t, err)
+	_, err = c.Deposit(context.Background(), invenioRecord(1))
+	require.ErrorIs(t, err, ErrStopRun)
+	require.ErrorIs(t, err, errScanWindow)
+	require.ErrorContains(t, err, "10001 records")
+	require.Zero(t, creates.Load())
+}
+
+// An answer read for more than its class (the create's, which names the
+// draft) larger than the limit is refused and stops the run; the draft's
+// intent stays pending, for the next run's search.
+func TestInvenioAnswerOverTheLimitStopsTheRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodPost {
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"id":"abc","pad":"%s"}`, strings.Repeat("x", maxFullAnswerBytes))
+			return
+		}
+		fmt.Fprint(w, `{"hits":{"hits":[],"total":0}}`)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c, err := New(Config{Target: Invenio{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: store, Retry: fastRetry, Rate: -1})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), invenioRecord(1))
+	require.ErrorIs(t, err, ErrStopRun)
+	require.ErrorIs(t, err, errAnswerTooLarge)
+	require.Empty(t, res.Identifier)
+	key, err := c.Key(invenioRecord(1))
+	require.NoError(t, err)
+	rec, err := store.Lookup(context.Background(), Invenio{Endpoint: srv.URL + "/api"}.mustDriver(t).draftTarget(), key.Key)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatePending, rec.State)
 }
