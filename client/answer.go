@@ -16,9 +16,16 @@ import (
 	"github.com/depositkit/deposit/internal/jsonpointer"
 )
 
-// maxAnswerBytes bounds how much of a response body is read: enough for an
-// identifier or a problem detail, never a whole record.
+// maxAnswerBytes bounds how much of a response body is read when only its
+// class and problem detail matter: enough for a problem detail.
 const maxAnswerBytes = 64 << 10
+
+// maxFullAnswerBytes bounds the body of an answer read for more than its
+// class (request.full): a limit no real answer reaches (a page of 100
+// InvenioRDM records is well under 1 MiB, a record with 100 file entries
+// about 100 KiB). A larger body is refused (errAnswerTooLarge) rather than
+// read cut.
+const maxFullAnswerBytes = 16 << 20
 
 // identifierFrom applies the design's identifier rule to a create answer:
 // the first pointer that names a string in a JSON body, else Location

@@ -387,11 +387,15 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		}
 		switch cls {
 		case classCreated:
-			id, err := r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
-			if err == nil && missed {
-				err = r.noteMissed(ctx, s)
+			// The note to search again is durable before the confirmation:
+			// a crash between the two would otherwise leave a duplicate the
+			// index hid unreported for good.
+			if missed {
+				if err := r.noteMissed(ctx, s); err != nil {
+					return "", err
+				}
 			}
-			return id, err
+			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
 
 		case classExists:
 			if v.id != "" || s.check == nil {

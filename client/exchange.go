@@ -57,16 +57,25 @@ func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
 // ErrInterrupted.
 func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) verdict) (answer, class, error) {
 	var (
-		last answer
-		cls  class
-		v    verdict
+		last     answer
+		cls      class
+		v        verdict
+		tooLarge error
 	)
 	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
 		last = answer{url: req.url, err: err}
 		if resp != nil {
-			last.status, last.header, last.body = resp.StatusCode, resp.Header, readAnswer(resp)
+			last.status, last.header = resp.StatusCode, resp.Header
+			last.body, tooLarge = readAnswer(resp, req.full)
 			resp.Body = http.NoBody // read once, here; the engine keeps the bytes
 			x.c.answered.Store(true)
+		}
+		if tooLarge != nil {
+			// Nothing can be read from it, and asking again would get the
+			// same: the run stops. The request may have taken effect.
+			x.effect = true
+			x.requestDone(last, req.method)
+			return false, nil
 		}
 		if err != nil && ctx.Err() != nil {
 			cls, v = classCanceled, verdict{}
@@ -120,6 +129,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	resp, err := rc.Do(hreq)
 	if resp != nil {
 		resp.Body.Close()
+	}
+	if tooLarge != nil {
+		return last, classStop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.method, redactURL(req.url), tooLarge)
 	}
 	if resp != nil && err == nil {
 		return last, cls, nil
@@ -402,13 +414,27 @@ func answerError(method string, a answer, problem string) *HTTPError {
 	return e
 }
 
-// readAnswer reads at most maxAnswerBytes of a response body and closes it.
-func readAnswer(resp *http.Response) []byte {
+// errAnswerTooLarge is an answer read for more than its class whose body
+// is larger than maxFullAnswerBytes.
+var errAnswerTooLarge = fmt.Errorf("the answer is larger than %d MiB, more than any answer the client reads; refused", maxFullAnswerBytes>>20)
+
+// readAnswer reads a response body and closes it: at most maxAnswerBytes,
+// or for a full request (read for more than its class) the whole body up
+// to maxFullAnswerBytes, with errAnswerTooLarge beyond. A body cut by the
+// connection is returned as far as it came.
+func readAnswer(resp *http.Response, full bool) ([]byte, error) {
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
-	// Drain a little more so the connection can be reused.
-	_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
-	return b
+	if !full {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+		// Drain a little more so the connection can be reused.
+		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+		return b, nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxFullAnswerBytes+1))
+	if len(b) > maxFullAnswerBytes {
+		return nil, errAnswerTooLarge
+	}
+	return b, nil
 }
 
 // isTimeout reports whether err is a timeout, which costs more retry budget

@@ -214,7 +214,8 @@ func (p *Probe) send(ctx context.Context, method, u string, header http.Header, 
 		a.err = err
 		return a
 	}
-	a.status, a.header, a.body = resp.StatusCode, resp.Header, readAnswer(resp)
+	a.status, a.header = resp.StatusCode, resp.Header
+	a.body, _ = readAnswer(resp, false)
 	return a
 }
 

@@ -17,26 +17,38 @@ import (
 // an ambiguous answer (the step's check). This file holds the looks that are
 // not per step, and the small engine hooks they need:
 //
-//   - A store that holds nothing for the target (a new store, or a lost one)
-//     is seeded before its first deposit from one paged scan of what the
-//     server holds with markers, so a batch run again after its store was
-//     lost creates nothing new. Per-key searches happen only after
-//     ambiguity.
+//   - A store with no record of having scanned the target scans the
+//     server once, paged, for every record that carries a marker, and
+//     keeps what it found with a "scanned" mark in one transaction
+//     (dedup's scan tables): a scan cut short keeps nothing, and the next
+//     run scans again. While one process scans, the others sharing the
+//     store wait for the mark. A deposit whose first step the store knows
+//     nothing of derives its rows from what the scan found with its
+//     marker, so a batch, a shard or another batch run again after its
+//     store was lost creates nothing new. Per-key searches happen only
+//     after ambiguity.
 //   - A step created after its check had found nothing following an
 //     ambiguous attempt may be a duplicate (an index that lags more than
-//     the settle time misses): it is noted in the store, and a later run
-//     searches for its marker again. Two records with one marker are
-//     reported as a conflict, never resolved by picking one.
+//     the settle time misses): it is noted in the store before the
+//     step's confirmation, and a later run searches for its marker again.
+//     Two records with one marker are reported as a conflict, never
+//     resolved by picking one.
 
 // seeder is a driver whose server can be scanned for its deposits' markers.
 type seeder interface {
 	// marker is the marker deposit k carries.
 	marker(k canonical.Keyed) string
+	// scanTarget is the name under which the store keeps the scan.
+	scanTarget() string
 	// scanPage is the request for page (from 1) of the scan.
 	scanPage(page int) request
-	// readScan reads one page: what it found, whether another page
-	// follows, and ok false for an answer that is not a page.
-	readScan(a answer, page int) (found []seedFound, more, ok bool)
+	// readScan reads one page: the records it found with a marker, how
+	// many hits the page held and the search's total, and ok false for an
+	// answer that is not a page.
+	readScan(a answer) (found []dedup.Found, hits, total int, ok bool)
+	// scanWindow is how many hits the search answers at most; a scan
+	// whose total is larger stops the run (errScanWindow).
+	scanWindow() int
 	// problem summarises an error body of the server in one line.
 	problem(body []byte) string
 	// scanSettle is how long to wait before the scan, so that what a run
@@ -44,15 +56,7 @@ type seeder interface {
 	scanSettle() time.Duration
 	// seedRows is what the store should hold for the steps of k, given
 	// the records found with k's marker (at least one).
-	seedRows(k canonical.Keyed, steps []step, found []seedFound) []seedRow
-}
-
-// seedFound is one record a scan found.
-type seedFound struct {
-	marker    string
-	id        string // the record id
-	pid       string // the identifier it was published with, if any
-	published bool
+	seedRows(k canonical.Keyed, steps []step, found []dedup.Found) []seedRow
 }
 
 // seedRow is one row to seed: done with id, or pending, so that the step's
@@ -68,61 +72,80 @@ type fileMD5er interface {
 	wantsFileMD5() bool
 }
 
-// targetCounter is a store that counts a target's rows; *dedup.SQLite is
-// one. A store that is not gets no seeding.
-type targetCounter interface {
-	Count(ctx context.Context, target string) (dedup.Counts, error)
+// scanStore is a store that keeps a scan of a server; *dedup.SQLite and
+// *dedup.Postgres are. A store that is not gets no seeding.
+type scanStore interface {
+	ClaimScan(ctx context.Context, target string, lease dedup.Lease) (scanned bool, err error)
+	FinishScan(ctx context.Context, target string, found []dedup.Found) error
+	ReleaseScan(ctx context.Context, target, owner string) error
+	ScanFound(ctx context.Context, target, marker string) ([]dedup.Found, error)
 }
 
-// seeding is a client's one scan: run by the first deposit that needs it,
-// waited for by the others.
+// errScanWindow is a scan that cannot reach every record: the server's
+// search answers fewer hits than it holds.
+var errScanWindow = errors.New("a scan cannot reach every record")
+
+// errScanTakenOver is a scan whose lease another process took over (it
+// expired): that process's scan is waited for instead.
+var errScanTakenOver = errors.New("the scan's lease was taken over")
+
+// seeding is a client's knowledge of the store's scan: the first deposit
+// that needs it makes sure the store has it, the others wait.
 type seeding struct {
-	mu    sync.Mutex
-	ch    chan struct{} // closed when the scan in progress ends; nil when none runs
-	done  bool
-	index map[string][]seedFound // marker -> records found
+	mu   sync.Mutex
+	ch   chan struct{} // closed when the look in progress ends; nil when none runs
+	done bool          // the store holds the scan
 }
 
 // prepare runs the looks of this file for deposit k before its steps are
-// looked up: a recheck the store noted for k, then the seeding of a store
-// that held nothing. Its requests count as the deposit's.
+// looked up: a recheck the store noted for k, then the seeding of a
+// deposit the store knows nothing of. Its requests count as the deposit's.
 func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []step) error {
 	sd, ok := r.c.target.(seeder)
-	if !ok {
+	if !ok || len(steps) == 0 {
 		return nil
 	}
 	if err := r.recheck(ctx, k, steps); err != nil {
 		return err
 	}
-	index, err := r.scanOnce(ctx, sd)
-	if err != nil {
+	c := r.c
+	// The first step's row is written before its first request: without
+	// it, no process on this store ever sent anything for k.
+	first := steps[0]
+	switch _, err := c.lookups.lookup(ctx, first.target, first.key); {
+	case err == nil:
+		return nil
+	case !isNotFound(err):
+		return c.storeError(err)
+	}
+	ss, ok := c.store.(scanStore)
+	if !ok {
+		c.warnOnce("the store cannot keep a scan of the server, so a lost store is not recovered from it; a re-run after losing it may create duplicates")
+		return nil
+	}
+	if err := r.scanOnce(ctx, sd, ss); err != nil {
 		return err
 	}
-	found := index[sd.marker(k)]
+	found, err := ss.ScanFound(ctx, sd.scanTarget(), sd.marker(k))
+	if err != nil {
+		return c.storeError(err)
+	}
 	if len(found) == 0 {
 		return nil
 	}
-	c := r.c
-	// Seed only a deposit the store knows nothing of.
-	for _, s := range steps {
-		if !s.durable {
-			continue
-		}
-		_, err := c.lookups.lookup(ctx, s.target, s.key)
-		switch {
-		case err == nil:
-			return nil
-		case !isNotFound(err):
-			return c.storeError(err)
-		}
-	}
+	// Written last step first: a durable step found done means the steps
+	// before it are done too, so a seeding cut short leaves later steps'
+	// rows, never the first's alone; the first step's row, written last,
+	// says the seeding is whole, and until then the next run seeds again.
 	ctx = context.WithoutCancel(ctx)
-	for _, row := range sd.seedRows(k, steps, found) {
+	rows := sd.seedRows(k, steps, found)
+	for i := len(rows) - 1; i >= 0; i-- {
+		row := rows[i]
 		s := steps[row.step]
-		if _, err := c.store.Begin(ctx, s.target, s.key, nil); err != nil {
-			return c.storeError(err)
-		}
 		if !row.done {
+			if _, err := c.store.Begin(ctx, s.target, s.key, nil); err != nil {
+				return c.storeError(err)
+			}
 			continue
 		}
 		_, err := c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: dedup.OutcomeExisting, Identifier: row.id})
@@ -134,77 +157,109 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	return nil
 }
 
-// scanOnce returns what the client's scan found: it scans once, before the
-// first deposit, when the store holds nothing for any of the target's
-// names, and finds nothing otherwise. A scan that fails is tried again by
-// the next deposit.
-func (r *runDeposit) scanOnce(ctx context.Context, sd seeder) (map[string][]seedFound, error) {
+// scanOnce makes sure the store holds the scan of the server: once per
+// client, the first deposit that needs it looks, and the others wait. A
+// look that fails is tried again by the next deposit.
+func (r *runDeposit) scanOnce(ctx context.Context, sd seeder, ss scanStore) error {
 	c := r.c
+	st := &c.seeds
 	for {
-		c.seeds.mu.Lock()
-		st := &c.seeds
+		st.mu.Lock()
 		if st.done {
-			c.seeds.mu.Unlock()
-			return st.index, nil
+			st.mu.Unlock()
+			return nil
 		}
 		if st.ch == nil {
 			st.ch = make(chan struct{})
-			c.seeds.mu.Unlock()
+			st.mu.Unlock()
 			break
 		}
 		ch := st.ch
-		c.seeds.mu.Unlock()
+		st.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
+			return fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 		}
 	}
-	index, err := r.scan(ctx, sd)
-	c.seeds.mu.Lock()
-	st := &c.seeds
-	if err == nil {
-		st.done, st.index = true, index
-	}
+	err := r.scanShared(ctx, sd, ss)
+	st.mu.Lock()
+	st.done = err == nil
 	close(st.ch)
 	st.ch = nil
-	c.seeds.mu.Unlock()
-	return index, err
+	st.mu.Unlock()
+	return err
 }
 
-// scan runs the scan if the store holds nothing for the target.
-func (r *runDeposit) scan(ctx context.Context, sd seeder) (map[string][]seedFound, error) {
+// scanShared returns once the store holds the scan: at once when it does,
+// after scanning when no other process is scanning, else once that
+// process's scan is kept (or its lease ends, and this one scans).
+func (r *runDeposit) scanShared(ctx context.Context, sd seeder, ss scanStore) error {
 	c := r.c
-	counter, ok := c.store.(targetCounter)
-	if !ok {
-		c.log.Warn("the store cannot count its rows, so a lost store is not seeded from the server; a re-run after losing it may create duplicates")
-		return nil, nil
-	}
-	for _, target := range append([]string{c.target.name()}, c.target.stepTargets()...) {
-		n, err := counter.Count(ctx, target)
-		if err != nil {
-			return nil, c.storeError(err)
+	target := sd.scanTarget()
+	for n := 0; ; n++ {
+		scanned, err := ss.ClaimScan(ctx, target, c.leases.lease)
+		switch {
+		case err == nil && scanned:
+			return nil
+		case err == nil:
+			err = r.scan(ctx, sd, ss)
+			if !errors.Is(err, errScanTakenOver) {
+				return err
+			}
+		case !errors.Is(err, dedup.ErrLeased):
+			return c.storeError(err)
 		}
-		if n.Done+n.Pending+n.Failed > 0 {
-			return nil, nil
+		if n == 0 {
+			c.log.Info("waiting for another process's scan of the server")
+		}
+		if err := c.park(ctx, r.drain, n, time.Time{}); err != nil {
+			return err
 		}
 	}
+}
+
+// scan scans the server, under the scan's lease (renewed page by page),
+// and keeps what it found with the mark. A scan that fails keeps nothing
+// and ends the lease.
+func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err error) {
+	c := r.c
+	target := sd.scanTarget()
+	defer func() {
+		if err != nil && !errors.Is(err, errScanTakenOver) {
+			if rerr := ss.ReleaseScan(context.WithoutCancel(ctx), target, c.leases.lease.Owner); rerr != nil {
+				c.log.Warn("could not release the scan's lease; it expires by itself", "error", rerr)
+			}
+		}
+	}()
 	x := c.newExchange("", r.drain)
 	defer func() { r.res.Requests += x.requests; r.res.Retries += x.retries }()
+	start := time.Now()
 	if err := x.sleep(ctx, sd.scanSettle()); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		return fmt.Errorf("%w: %w", ErrInterrupted, err)
 	}
-	index := map[string][]seedFound{}
+	var all []dedup.Found
+	seen := 0
 	for page := 1; ; page++ {
+		if page > 1 {
+			switch scanned, err := ss.ClaimScan(ctx, target, c.leases.lease); {
+			case errors.Is(err, dedup.ErrLeased):
+				return errScanTakenOver
+			case err != nil:
+				return c.storeError(err)
+			case scanned:
+				return nil // taken over and kept meanwhile
+			}
+		}
 		req := sd.scanPage(page)
 		req.header = c.withUserHeader(req.header)
 		var (
-			found []seedFound
-			more  bool
+			found       []dedup.Found
+			hits, total int
 		)
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			var ok bool
-			if found, more, ok = sd.readScan(a, page); ok {
+			if found, hits, total, ok = sd.readScan(a); ok {
 				return verdict{class: classCreated}
 			}
 			if cls := classifyCommon(a); cls != classCreated {
@@ -213,24 +268,29 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder) (map[string][]seedFoun
 			return verdict{class: classAmbiguous} // a 200 that is not a page
 		})
 		if err != nil {
-			return nil, fmt.Errorf("scanning the server for earlier deposits: %w", err)
+			return fmt.Errorf("scanning the server for earlier deposits: %w", err)
 		}
 		switch cls {
 		case classCreated:
 		case classStop:
-			return nil, fmt.Errorf("%w: %w", ErrStopRun, answerError(req.method, a, sd.problem(a.body)))
+			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.method, a, sd.problem(a.body)))
 		default:
-			return nil, fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.method, a, sd.problem(a.body)))
+			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.method, a, sd.problem(a.body)))
 		}
-		for _, f := range found {
-			index[f.marker] = append(index[f.marker], f)
+		if total > sd.scanWindow() {
+			return fmt.Errorf("%w: %w: the server holds %d records and drafts of this account, and its search answers only the first %d, so records of earlier deposits could be missed and created again",
+				ErrStopRun, errScanWindow, total, sd.scanWindow())
 		}
-		if !more {
+		all = append(all, found...)
+		if seen += hits; hits == 0 || seen >= total || seen >= sd.scanWindow() {
 			break
 		}
 	}
-	c.log.Debug("scanned", "markers", len(index), "requests", x.requests)
-	return index, nil
+	if err := ss.FinishScan(context.WithoutCancel(ctx), target, all); err != nil {
+		return c.storeError(err)
+	}
+	c.log.Debug("scanned", "found", len(all), "requests", x.requests, "took", time.Since(start))
+	return nil
 }
 
 // noteMissed notes, for step s, that it was created after its check had

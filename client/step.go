@@ -81,10 +81,15 @@ type request struct {
 	body []byte
 	open func() (io.Reader, error)
 	size int64
+	// full says that more than the answer's class is read from it (an
+	// identifier, a record, a page of search hits): its body is read up
+	// to maxFullAnswerBytes, else maxAnswerBytes.
+	full bool
 }
 
 // answer is what came back for one request: a response (its body read, at
-// most maxAnswerBytes) or a transport error.
+// most maxAnswerBytes, or maxFullAnswerBytes for a full request) or a
+// transport error.
 type answer struct {
 	url    string // of the request, for resolving Location
 	status int

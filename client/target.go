@@ -159,7 +159,7 @@ func conditionalPut(url string, body []byte) func([]string) (request, error) {
 		h := http.Header{}
 		h.Set("If-None-Match", "*")
 		h.Set("Content-Type", "application/json")
-		return request{method: http.MethodPut, url: url, header: h, body: body}, nil
+		return request{method: http.MethodPut, url: url, header: h, body: body, full: true}, nil
 	}
 }
 
@@ -203,7 +203,7 @@ func readBack(url string, pointers []string, userPointer string, ours func(body 
 		build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Accept", "application/json")
-			return request{method: http.MethodGet, url: url, header: h}, nil
+			return request{method: http.MethodGet, url: url, header: h, full: true}, nil
 		},
 		judge: func(a answer) finding {
 			if a.err != nil {
@@ -273,7 +273,7 @@ func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error)
 			h := http.Header{}
 			h.Set("Idempotency-Key", idempotencyKey(d.endpoint, k.Key, d.secret))
 			h.Set("Content-Type", "application/json")
-			return request{method: http.MethodPost, url: d.endpoint, header: h, body: k.Body}, nil
+			return request{method: http.MethodPost, url: d.endpoint, header: h, body: k.Body, full: true}, nil
 		},
 		judge: func(a answer) verdict {
 			v := verdict{class: classifyCommon(a)}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,12 +15,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -50,13 +53,19 @@ import (
 //
 // The identifier is the DOI the record was published with (its record id
 // when the instance mints none, or under NoPublish); Result.RecordID is the
-// record id. When the store holds nothing for the endpoint (new or lost),
-// the first deposit waits SettleTime, then scans the user's records once,
-// paged (the newest 10,000: InvenioRDM answers no further), for markers and
-// seeds the store with what it finds, so a batch run again after its store
-// was lost creates nothing new. A draft created after a search had found
-// nothing is searched for again by the next run, which reports a duplicate
-// the index lag hid.
+// record id. When the store has no record of having scanned the endpoint
+// (a new store, a lost one, or one written before this was kept), the
+// first deposit the store knows nothing of waits SettleTime, then scans the
+// user's records and drafts once, every version, paged, and the store keeps
+// every record found with a marker together with a "scanned" mark, in one
+// transaction; each deposit it knows nothing of then takes its rows from
+// what was found with its marker, so every batch and shard run again after
+// its store was lost creates nothing new. InvenioRDM's search answers the
+// first 10,000 hits only: an account holding more stops the run
+// (ErrStopRun) before anything is created. A draft that carries another
+// deposit's marker is never adopted. A draft created after a search had
+// found nothing is searched for again by the next run, which reports a
+// duplicate the index lag hid.
 //
 // The payload is the draft's body ({"metadata":{...},"access":{...},...})
 // or, when it has no member "metadata", the metadata object alone. The
@@ -162,6 +171,10 @@ func (d invenioDriver) draftTarget() string   { return protocol.Invenio + "-draf
 func (d invenioDriver) fileTarget() string    { return protocol.Invenio + "-file " + d.endpoint }
 func (d invenioDriver) recheckTarget() string { return protocol.Invenio + "-recheck " + d.endpoint }
 
+// scanTarget names the scan of the user's records (dedup's scan tables),
+// one per endpoint whatever the steps.
+func (d invenioDriver) scanTarget() string { return protocol.Invenio + "-scan " + d.endpoint }
+
 // name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
 func (d invenioDriver) name() string {
@@ -251,7 +264,7 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 		label: "draft", target: d.draftTarget(), key: k.Key, durable: true, recordID: true,
 		recheck: d.recheckTarget(),
 		build: func([]string) (request, error) {
-			return request{method: http.MethodPost, url: d.url("records", nil), header: jsonHeader(), body: body}, nil
+			return request{method: http.MethodPost, url: d.url("records", nil), header: jsonHeader(), body: body, full: true}, nil
 		},
 		judge: func(a answer) verdict {
 			v := invenioVerdict(a)
@@ -348,7 +361,7 @@ func (d invenioDriver) markerCheck(marker string) *check {
 	return &check{
 		settle: d.settle,
 		build: func([]string) (request, error) {
-			return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON()}, nil
+			return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON(), full: true}, nil
 		},
 		judge: func(a answer) finding {
 			if a.err != nil || a.status != http.StatusOK {
@@ -362,7 +375,7 @@ func (d invenioDriver) markerCheck(marker string) *check {
 			// longer identifiers, so only exact values count.
 			var ids []string
 			for _, h := range hits {
-				if h.holds(marker) {
+				if h.adoptable(marker) {
 					ids = append(ids, h.ID)
 				}
 			}
@@ -390,7 +403,7 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 	entry := func(done func(status string) finding) *check {
 		return &check{
 			build: func(prior []string) (request, error) {
-				return request{method: http.MethodGet, url: d.fileURL(prior[0], f.Path, ""), header: acceptJSON()}, nil
+				return request{method: http.MethodGet, url: d.fileURL(prior[0], f.Path, ""), header: acceptJSON(), full: true}, nil
 			},
 			judge: func(a answer) finding {
 				if a.err == nil && a.status == http.StatusNotFound {
@@ -475,7 +488,7 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 		label: label + " commit", target: d.fileTarget(), key: row("commit"), durable: true,
 		settled: committed,
 		build: func(prior []string) (request, error) {
-			return request{method: http.MethodPost, url: d.fileURL(prior[0], f.Path, "/commit"), header: acceptJSON()}, nil
+			return request{method: http.MethodPost, url: d.fileURL(prior[0], f.Path, "/commit"), header: acceptJSON(), full: true}, nil
 		},
 		judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
@@ -514,7 +527,7 @@ func (d invenioDriver) publishStep(key string) step {
 	return step{
 		label: "publish", target: d.publishTarget(), key: key, primary: true, durable: true,
 		build: func(prior []string) (request, error) {
-			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), header: acceptJSON()}, nil
+			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), header: acceptJSON(), full: true}, nil
 		},
 		judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
@@ -535,7 +548,7 @@ func (d invenioDriver) publishStep(key string) step {
 		},
 		check: &check{
 			build: func(prior []string) (request, error) {
-				return request{method: http.MethodGet, url: d.url("records/"+url.PathEscape(prior[0]), nil), header: acceptJSON()}, nil
+				return request{method: http.MethodGet, url: d.url("records/"+url.PathEscape(prior[0]), nil), header: acceptJSON(), full: true}, nil
 			},
 			judge: func(a answer) finding {
 				switch {
@@ -559,46 +572,50 @@ func (d invenioDriver) publishStep(key string) step {
 
 // Seeding from a scan of the user's records (seed.go).
 
-// invenioScanSize is the page size of the scan; InvenioRDM answers at most
-// the first 10,000 hits of a search.
+// invenioScanSize is the page size of the scan; invenioScanWindow the most
+// hits InvenioRDM's search answers (the search engine's
+// index.max_result_window, 10,000 by default): page*size beyond it is a 400.
 const (
-	invenioScanSize  = 100
-	invenioScanPages = 10000 / invenioScanSize
+	invenioScanSize   = 100
+	invenioScanWindow = 10000
 )
 
 func (d invenioDriver) scanSettle() time.Duration  { return d.settle }
+func (d invenioDriver) scanWindow() int            { return invenioScanWindow }
 func (d invenioDriver) problem(body []byte) string { return invenioProblem(body) }
 
+// scanPage asks for every version (allversions): a record the user made a
+// new version of still carries its marker in the version deposited, which
+// a search of latest versions would not show.
 func (d invenioDriver) scanPage(page int) request {
-	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}}
-	return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON()}
+	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}, "allversions": {"true"}}
+	return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON(), full: true}
 }
 
-func (d invenioDriver) readScan(a answer, page int) ([]seedFound, bool, bool) {
+func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
 	if a.err != nil || a.status != http.StatusOK {
-		return nil, false, false
+		return nil, 0, 0, false
 	}
 	hits, total, ok := invenioHits(a.body)
 	if !ok {
-		return nil, false, false
+		return nil, 0, 0, false
 	}
-	var found []seedFound
+	var found []dedup.Found
 	for _, h := range hits {
-		for _, id := range h.Metadata.Identifiers {
-			if strings.HasPrefix(id.Identifier, invenioMarkerPrefix) {
-				found = append(found, seedFound{marker: id.Identifier, id: h.ID, pid: h.Pids.DOI.Identifier, published: h.Published})
+		for _, m := range h.markers() {
+			if h.adoptable(m) {
+				found = append(found, dedup.Found{Marker: m, ID: h.ID, PID: h.Pids.DOI.Identifier, Published: h.Published})
 			}
 		}
 	}
-	more := len(hits) == invenioScanSize && page*invenioScanSize < total && page < invenioScanPages
-	return found, more, true
+	return found, len(hits), total, true
 }
 
 // seedRows seeds a deposit found once: a published record settles every
 // step; a draft settles the draft step and leaves the later steps pending,
 // so that each looks before it is sent. Found twice or more, only the
 // draft step is left pending: its search reports the conflict.
-func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []seedFound) []seedRow {
+func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []dedup.Found) []seedRow {
 	if len(found) > 1 {
 		return []seedRow{{step: 0}}
 	}
@@ -607,16 +624,13 @@ func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []seedFou
 	if err != nil || len(seeds) != len(steps) {
 		return []seedRow{{step: 0}}
 	}
-	rows := []seedRow{{step: 0, id: f.id, done: true}}
+	rows := []seedRow{{step: 0, id: f.ID, done: true}}
 	for i := 1; i < len(steps); i++ {
 		id := seeds[i]
 		if steps[i].primary {
-			id = f.pid
-			if id == "" {
-				id = f.id
-			}
+			id = cmp.Or(f.PID, f.ID)
 		}
-		rows = append(rows, seedRow{step: i, id: id, done: f.published})
+		rows = append(rows, seedRow{step: i, id: id, done: f.Published})
 	}
 	return rows
 }
@@ -640,14 +654,25 @@ type invenioHit struct {
 	} `json:"pids"`
 }
 
-// holds reports whether the hit carries marker exactly.
-func (h invenioHit) holds(marker string) bool {
+// markers are the deposit markers the hit carries, each once.
+func (h invenioHit) markers() []string {
+	var ms []string
 	for _, id := range h.Metadata.Identifiers {
-		if id.Identifier == marker {
-			return true
+		if strings.HasPrefix(id.Identifier, invenioMarkerPrefix) && !slices.Contains(ms, id.Identifier) {
+			ms = append(ms, id.Identifier)
 		}
 	}
-	return false
+	return ms
+}
+
+// adoptable reports whether the hit is a record of the deposit with
+// marker: it carries marker exactly and, while a draft, no other deposit's
+// marker (a draft the client made carries its own alone, so one with
+// another is not ours to take over and publish). A published record that
+// carries two markers is the record of both.
+func (h invenioHit) adoptable(marker string) bool {
+	ms := h.markers()
+	return slices.Contains(ms, marker) && (h.Published || len(ms) == 1)
 }
 
 // invenioHits reads a search answer: {"hits":{"hits":[...],"total":N}}.

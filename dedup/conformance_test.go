@@ -25,6 +25,7 @@ type testStore interface {
 	Count(ctx context.Context, target string) (Counts, error)
 	List(ctx context.Context, target string, state State) iter.Seq2[Record, error]
 	Close() error
+	scanStore
 }
 
 func TestSQLiteConformance(t *testing.T) {
@@ -39,6 +40,8 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 	failure := Failure{Status: 422, Problem: "title is required"}
 	other := Confirmation{Outcome: OutcomeExisting, Identifier: "10.5072/second", Status: 200}
 	same := Confirmation{Outcome: OutcomeExisting, Identifier: created.Identifier, Status: 412}
+
+	t.Run("scan", func(t *testing.T) { runScanTests(t, open) })
 
 	t.Run("begin records intent and keeps the first body", func(t *testing.T) {
 		s := open(t)
