@@ -406,6 +406,10 @@ func (d *pgdb) fail(what string, err error) error {
 	if d.isClosed.Load() {
 		return ErrClosed
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53100" { // disk_full
+		err = &diskFullError{where: d.name, err: err}
+	}
 	return fmt.Errorf("dedup: %s: %w", what, err)
 }
 

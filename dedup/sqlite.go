@@ -178,7 +178,7 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 	s := &SQLite{path: abs, now: o.now, beforeCommit: o.beforeCommit, queue: make(chan *op, maxBatch), writerDone: make(chan struct{})}
 	if err := s.open(); err != nil {
 		s.closeDBs()
-		return nil, err
+		return nil, s.full(err)
 	}
 	go s.writer()
 	return s, nil

@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -51,13 +52,24 @@ func (s *SQLite) write(ctx context.Context, run func(tx *sql.Tx) error) error {
 	}
 	select {
 	case err := <-o.done:
-		return err
+		return s.full(err)
 	case <-ctx.Done():
 		if o.state.CompareAndSwap(opQueued, opAbandoned) {
 			return ctx.Err()
 		}
-		return <-o.done
+		return s.full(<-o.done)
 	}
+}
+
+// full names the store in err when err is SQLite's SQLITE_FULL: the disk
+// holding the file, its log or a temporary file is full. The transaction
+// was rolled back, so nothing of it was written.
+func (s *SQLite) full(err error) error {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) && coded.Code()&0xff == 13 {
+		return &diskFullError{where: s.path, err: err}
+	}
+	return err
 }
 
 // writer commits queued ops until the queue is closed and drained: it takes
