@@ -31,7 +31,7 @@ func benchPayload(run string, i int) []byte {
 // committed (ConfirmMany of whatever has arrived) after its answer. It is
 // what the store costs, apart from the client's own work.
 func BenchmarkDeposit(b *testing.B) {
-	for _, latency := range []time.Duration{0, 2 * time.Millisecond} {
+	for _, latency := range []time.Duration{0, 2 * time.Millisecond, 20 * time.Millisecond} {
 		for _, conc := range []int{1, 8} {
 			name := fmt.Sprintf("latency=%s/concurrency=%d", latency, conc)
 			b.Run("client/"+name, func(b *testing.B) { benchClient(b, conc, latency) })

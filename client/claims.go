@@ -28,10 +28,13 @@ type claims struct {
 }
 
 type claimCall struct {
-	in   dedup.Intent
-	got  dedup.Claimed
-	err  error
-	done chan struct{}
+	in dedup.Intent
+	// durable asks for a commit that survives power loss; the group's
+	// commit is durable when any of its calls asks.
+	durable bool
+	got     dedup.Claimed
+	err     error
+	done    chan struct{}
 }
 
 func newClaims(store manyClaimer, lease dedup.Lease) *claims {
@@ -40,13 +43,14 @@ func newClaims(store manyClaimer, lease dedup.Lease) *claims {
 	return c
 }
 
-// claim records the intent of ref, holding body, under c's lease. A caller
+// claim records the intent of ref, holding body, under c's lease, durably
+// across power loss if durable. A caller
 // waits for its group's commit even when its context ends first: once
 // queued its claim may be written, and the deposit must know to release
 // it. The claim runs on a context of its own, as it answers other callers
 // too.
-func (c *claims) claim(ref dedup.Ref, body []byte) (dedup.Claimed, error) {
-	call := &claimCall{in: dedup.Intent{Ref: ref, Body: body}, done: make(chan struct{})}
+func (c *claims) claim(ref dedup.Ref, body []byte, durable bool) (dedup.Claimed, error) {
+	call := &claimCall{in: dedup.Intent{Ref: ref, Body: body}, durable: durable, done: make(chan struct{})}
 	if !c.group.add(call) {
 		<-call.done
 	}
@@ -78,6 +82,9 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 	intents := make([]dedup.Intent, len(group))
 	for i, call := range group {
 		intents[i] = call.in
+		if call.durable && !dedup.DurableCommit(ctx) {
+			ctx = dedup.WithDurableCommit(ctx)
+		}
 	}
 	got, err := c.store.ClaimMany(ctx, c.lease, intents)
 	if err == nil && len(got) != len(group) {
@@ -97,17 +104,23 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 // key's lease: the claim its batch made ahead if that may stand, else
 // through the client's claim groups where the store has them (only those
 // name the row's prior owner). A key another owner holds is returned with
-// an error wrapping dedup.ErrLeased, as Store.Claim does.
-func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahead) (dedup.Claimed, error) {
+// an error wrapping dedup.ErrLeased, as Store.Claim does. With durable (the
+// deposit's primary step is one the server does not arbitrate), the claim
+// commits durably across power loss (dedup.WithDurableCommit); a claim made
+// ahead never is, and is only made for arbitrated steps.
+func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahead, durable bool) (dedup.Claimed, error) {
 	got, ok := pre.take()
 	switch {
 	case ok:
 	case c.claims == nil:
+		if durable {
+			ctx = dedup.WithDurableCommit(ctx)
+		}
 		rec, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
 		return dedup.Claimed{Record: rec}, err
 	default:
 		var err error
-		if got, err = c.claims.claim(ref, body); err != nil {
+		if got, err = c.claims.claim(ref, body, durable); err != nil {
 			return dedup.Claimed{}, err
 		}
 	}

@@ -198,7 +198,11 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		body = k.Body
 	}
 	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
-	got, err := c.claim(ctx, ref, body, pre)
+	// The claim is the intent of the primary step too: a resumed deposit
+	// may send that step next. One the server does not arbitrate must not
+	// be lost to a power cut, or the next run would send it without
+	// looking first.
+	got, err := c.claim(ctx, ref, body, pre, !r.primary.arbitrated)
 	claimed := got.Record
 	switch {
 	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateDone:
@@ -322,10 +326,15 @@ func (r *runDeposit) replay(rec dedup.Record) {
 }
 
 // begin records the intent of step s: its pending row, holding body when
-// the step keeps the first body sent.
+// the step keeps the first body sent. The intent of a step the server does
+// not arbitrate is committed durably across power loss: lost, it would let
+// the next run send the step again without its check looking first.
 func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Record, error) {
 	if !s.keepBody {
 		body = nil
+	}
+	if !s.arbitrated {
+		ctx = dedup.WithDurableCommit(ctx)
 	}
 	rec, err := r.c.store.Begin(ctx, s.target, s.key, body)
 	if err != nil {

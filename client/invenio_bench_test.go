@@ -24,16 +24,21 @@ func BenchmarkInvenio(b *testing.B) {
 		files  int
 		faults string
 		rate   float64 // the client's; the stub allows 1.2 times as much
+		// latency delays each of the stub's writes, as a remote server's
+		// round trip does, under which a durable commit's sync may hide.
+		latency time.Duration
 	}{
-		{"record/unlimited", 0, "", -1},
-		{"record/faults", 0, "drop=0.1,504=0.05,500=0.05,429=0.05", -1},
-		{"record/rate=200", 0, "", 200},
-		{"dataset2/unlimited", 2, "", -1},
-		{"dataset2/faults", 2, "drop=0.1,504=0.05,500=0.05,429=0.05", -1},
-		{"dataset2/rate=200", 2, "", 200},
+		{"record/unlimited", 0, "", -1, 0},
+		{"record/latency=20ms", 0, "", -1, 20 * time.Millisecond},
+		{"record/faults", 0, "drop=0.1,504=0.05,500=0.05,429=0.05", -1, 0},
+		{"record/rate=200", 0, "", 200, 0},
+		{"dataset2/unlimited", 2, "", -1, 0},
+		{"dataset2/latency=20ms", 2, "", -1, 20 * time.Millisecond},
+		{"dataset2/faults", 2, "drop=0.1,504=0.05,500=0.05,429=0.05", -1, 0},
+		{"dataset2/rate=200", 2, "", 200, 0},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			cfg := repotest.InvenioConfig{Token: invenioTestToken, Faults: bc.faults, Seed: 11, IndexLag: 5 * time.Millisecond}
+			cfg := repotest.InvenioConfig{Token: invenioTestToken, Faults: bc.faults, Seed: 11, IndexLag: 5 * time.Millisecond, Latency: bc.latency}
 			if bc.rate > 0 {
 				cfg.Limit, cfg.SearchLimit, cfg.Window = int(bc.rate*1.2), int(bc.rate*1.2), time.Second
 			}

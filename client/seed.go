@@ -300,7 +300,9 @@ func (r *runDeposit) noteMissed(ctx context.Context, s *step) error {
 	if s.recheck == "" {
 		return nil
 	}
-	if _, err := r.c.store.Begin(context.WithoutCancel(ctx), s.recheck, s.key, nil); err != nil {
+	// Durable, as the intents are: lost, the duplicate it may stand for
+	// would go unreported.
+	if _, err := r.c.store.Begin(dedup.WithDurableCommit(context.WithoutCancel(ctx)), s.recheck, s.key, nil); err != nil {
 		return r.c.storeError(err)
 	}
 	r.c.log.Debug("created after a search found nothing", "key", s.key, "step", s.label)

@@ -13,7 +13,9 @@ import (
 // final), Fail a terminal answer. *dedup.SQLite and *dedup.Postgres
 // implement it. A Store must be safe for concurrent use by multiple
 // goroutines; one shared by several processes must make each transition
-// atomic across them.
+// atomic across them. A write whose context carries
+// dedup.WithDurableCommit records the intent of a step the server does not
+// arbitrate, and must survive power loss once it returns.
 type Store interface {
 	// CheckSettings records s for target on first use and refuses other
 	// settings later (an error wrapping dedup.ErrSettingsMismatch).

@@ -186,4 +186,24 @@ var (
 	ErrLeased = errors.New("dedup: key is leased by another process")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("dedup: store is closed")
+	// ErrDiskFull: the disk (or quota) holding the store is full. The
+	// write that met it was not made, as if never called; everything
+	// committed before it is kept, and the store is consistent. Free
+	// space and the store can be used again. The error names the store.
+	ErrDiskFull = errors.New("dedup: the disk holding the store is full")
 )
+
+// diskFullError is a write refused because the disk holding the store at
+// where is full; it wraps the database's own error and is ErrDiskFull.
+type diskFullError struct {
+	where string
+	err   error
+}
+
+func (e *diskFullError) Error() string {
+	return fmt.Sprintf("the disk holding the store %s is full (%v)", e.where, e.err)
+}
+
+func (e *diskFullError) Unwrap() error { return e.err }
+
+func (e *diskFullError) Is(target error) bool { return target == ErrDiskFull }

@@ -57,6 +57,13 @@ var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // (CreatedAt, UpdatedAt and the leases' expiries) are the database
 // server's clock, never a client's, so processes whose clocks disagree
 // still agree on when a lease has ended.
+//
+// Durability: a write that has returned is committed. Whether a commit
+// waits for the disk is the session's synchronous_commit, which the
+// server, the database, the role or the URL (synchronous_commit=off) may
+// set off, trading the last commits before a crash of the server for
+// speed; a write made under WithDurableCommit runs with it on whatever
+// they set, and survives a crash or power cut of the server.
 type Postgres struct {
 	pgdb
 }
@@ -78,6 +85,9 @@ type pgdb struct {
 	blank    bool // a reader of a schema that holds nothing: no records
 	q        pgQueries
 	isClosed atomic.Bool
+	// probe, when set, is given the synchronous_commit in force in each
+	// write's transaction before it commits (a test's view; see w).
+	probe func(setting string)
 }
 
 // OpenPostgres opens the deposit store in a PostgreSQL database, creating
@@ -396,6 +406,10 @@ func (d *pgdb) fail(what string, err error) error {
 	if d.isClosed.Load() {
 		return ErrClosed
 	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53100" { // disk_full
+		err = &diskFullError{where: d.name, err: err}
+	}
 	return fmt.Errorf("dedup: %s: %w", what, err)
 }
 
@@ -559,11 +573,11 @@ func scanPGRecord(row pgx.Row, more ...any) (Record, error) {
 // the row even when its WHERE refuses it, so the row then read is the one
 // q refused, or q now writes it. wrote reports whether q wrote the row.
 func (d *pgdb) upsert(ctx context.Context, q, target, key string, args ...any) (rec Record, wrote bool, err error) {
-	rec, err = scanPGRecord(d.pool.QueryRow(ctx, q, args...))
+	rec, err = scanPGRecord(d.w(ctx).QueryRow(ctx, q, args...))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return rec, err == nil, err
 	}
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, d.w(ctx), func(tx pgx.Tx) error {
 		rec, err = scanPGRecord(tx.QueryRow(ctx, q, args...))
 		if err == nil {
 			wrote = true
@@ -597,7 +611,7 @@ func (p *Postgres) CheckSettings(ctx context.Context, target string, set Setting
 	if err != nil {
 		return fmt.Errorf("%w: ignore pointers: %v", ErrInvalidArgument, err)
 	}
-	tag, err := p.pool.Exec(ctx, p.q.settingsInsert, target, set.Form, string(ignoreJSON), set.SecretFingerprint)
+	tag, err := p.w(ctx).Exec(ctx, p.q.settingsInsert, target, set.Form, string(ignoreJSON), set.SecretFingerprint)
 	if err != nil {
 		return p.fail("settings of "+target, err)
 	}
@@ -696,7 +710,7 @@ func (p *Postgres) Complete(ctx context.Context, target, key string, c Confirmat
 	if p.isClosed.Load() {
 		return Record{}, ErrClosed
 	}
-	rec, err := scanPGRecord(p.pool.QueryRow(ctx, p.q.complete, target, key, string(c.Outcome), c.Identifier, c.Status))
+	rec, err := scanPGRecord(p.w(ctx).QueryRow(ctx, p.q.complete, target, key, string(c.Outcome), c.Identifier, c.Status))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Already done, which is final: the first result stays.
 		rec, err = scanPGRecord(p.pool.QueryRow(ctx, p.q.get, target, key))
@@ -732,7 +746,7 @@ func (p *Postgres) CompleteMany(ctx context.Context, target string, items map[st
 	}
 	err = retryDeadlock(ctx, func() error {
 		clear(out)
-		rows, err := p.pool.Query(ctx, p.q.completeMany, target, keys, outcomes, ids, statuses)
+		rows, err := p.w(ctx).Query(ctx, p.q.completeMany, target, keys, outcomes, ids, statuses)
 		if err != nil {
 			return err
 		}
@@ -797,7 +811,7 @@ func (p *Postgres) Fail(ctx context.Context, target, key string, f Failure) (Rec
 	if p.isClosed.Load() {
 		return Record{}, ErrClosed
 	}
-	rec, err := scanPGRecord(p.pool.QueryRow(ctx, p.q.fail, target, key, f.Status, f.Problem))
+	rec, err := scanPGRecord(p.w(ctx).QueryRow(ctx, p.q.fail, target, key, f.Status, f.Problem))
 	if errors.Is(err, pgx.ErrNoRows) { // done stays done, for ever
 		rec, err = scanPGRecord(p.pool.QueryRow(ctx, p.q.get, target, key))
 		if err == nil {
@@ -819,7 +833,7 @@ func (p *Postgres) ResetFailed(ctx context.Context, target, key string) error {
 		return ErrClosed
 	}
 	var found bool
-	if err := p.pool.QueryRow(ctx, p.q.reset, target, key).Scan(&found); err != nil {
+	if err := p.w(ctx).QueryRow(ctx, p.q.reset, target, key).Scan(&found); err != nil {
 		return p.fail("reset "+key, err)
 	}
 	if !found {
@@ -875,7 +889,7 @@ func (p *Postgres) ClaimMany(ctx context.Context, lease Lease, intents []Intent)
 		clear(got)
 		// In a transaction: a refused row stays locked by the statement, so
 		// the row then read is the one that refused the claim.
-		return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		return pgx.BeginFunc(ctx, p.w(ctx), func(tx pgx.Tx) error {
 			rows, err := tx.Query(ctx, p.q.claimMany, targets, keys, lease.Owner, lease.TTL.Microseconds(), bodies)
 			if err != nil {
 				return err
@@ -936,7 +950,7 @@ func (p *Postgres) Renew(ctx context.Context, lease Lease, refs []Ref) ([]Ref, e
 	held := make(map[Ref]bool, len(refs))
 	err := retryDeadlock(ctx, func() error {
 		clear(held)
-		rows, err := p.pool.Query(ctx, p.q.renew, targets, keys, lease.Owner, lease.TTL.Microseconds())
+		rows, err := p.w(ctx).Query(ctx, p.q.renew, targets, keys, lease.Owner, lease.TTL.Microseconds())
 		if err != nil {
 			return err
 		}
@@ -989,7 +1003,7 @@ func (p *Postgres) Release(ctx context.Context, owner string, ref Ref, unsent bo
 	}
 	if unsent {
 		// A first attempt taken back leaves nothing to remember.
-		tag, err := p.pool.Exec(ctx, p.q.dropUnsent, ref.Target, ref.Key, owner)
+		tag, err := p.w(ctx).Exec(ctx, p.q.dropUnsent, ref.Target, ref.Key, owner)
 		if err != nil {
 			return p.fail("release "+ref.Key, err)
 		}
@@ -997,7 +1011,7 @@ func (p *Postgres) Release(ctx context.Context, owner string, ref Ref, unsent bo
 			return nil
 		}
 	}
-	if _, err := p.pool.Exec(ctx, p.q.release, ref.Target, ref.Key, owner, unsent); err != nil {
+	if _, err := p.w(ctx).Exec(ctx, p.q.release, ref.Target, ref.Key, owner, unsent); err != nil {
 		return p.fail("release "+ref.Key, err)
 	}
 	return nil

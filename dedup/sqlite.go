@@ -28,7 +28,8 @@ const driverName = "sqlite"
 
 // pragmas are set on every pooled connection through the DSN. Besides the
 // durability settings (WAL, synchronous=NORMAL: a power cut may lose the
-// last commits, never corrupt the file), they size the store for millions
+// last commits, never corrupt the file; a durable write switches its
+// transaction to FULL, see runTx), they size the store for millions
 // of rows: an 8 MiB page cache per connection (and only read connections
 // map the file, see readMap), and a checkpoint every 8000 pages (about 32
 // MiB of log) rather than 1000, which halves the pages written per
@@ -103,6 +104,9 @@ type Option func(*options)
 
 type options struct {
 	now func() time.Time
+	// beforeCommit, when set, runs in every write transaction just before
+	// its commit (a test's view of the setting in force).
+	beforeCommit func(tx *sql.Tx)
 }
 
 // WithClock sets the clock that stamps CreatedAt and UpdatedAt; the default
@@ -120,9 +124,16 @@ func WithClock(now func() time.Time) Option {
 // writers in other processes wait for each other (up to 10 s) instead of
 // overwriting each other's results. Reads use a separate pool of read-only
 // connections and see every write that has returned.
+//
+// Durability: a write that has returned survives the process dying at any
+// moment. A write made under WithDurableCommit survives a power cut or a
+// kernel crash too, with every write that returned before it; other writes
+// are committed with synchronous=NORMAL, and a power cut may lose the last
+// of them (the file stays sound, as it was a little earlier).
 type SQLite struct {
-	path string
-	now  func() time.Time
+	path         string
+	now          func() time.Time
+	beforeCommit func(tx *sql.Tx) // see options
 
 	wdb *sql.DB // one connection: the writer
 	rdb *sql.DB // read-only pool
@@ -164,10 +175,10 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 		return nil, err
 	}
 
-	s := &SQLite{path: abs, now: o.now, queue: make(chan *op, maxBatch), writerDone: make(chan struct{})}
+	s := &SQLite{path: abs, now: o.now, beforeCommit: o.beforeCommit, queue: make(chan *op, maxBatch), writerDone: make(chan struct{})}
 	if err := s.open(); err != nil {
 		s.closeDBs()
-		return nil, err
+		return nil, s.full(err)
 	}
 	go s.writer()
 	return s, nil

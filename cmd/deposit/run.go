@@ -717,6 +717,8 @@ func explainStore(db string, err error) string {
 		return fmt.Sprintf("%s was written by a newer version of deposit (left untouched): upgrade deposit (%v)", shown, err)
 	case errors.Is(err, dedup.ErrOlderSchema):
 		return fmt.Sprintf("%s was written by an older version of deposit (left untouched): run `deposit run` with this --db once to upgrade it (%v)", shown, err)
+	case errors.Is(err, dedup.ErrDiskFull):
+		return diskFull(err)
 	}
 	return fmt.Sprintf("store %s: %v", shown, err)
 }
@@ -738,7 +740,16 @@ func explainStop(err error, proto, endpoint string) string {
 	if errors.Is(err, client.ErrUnreachable) {
 		return fmt.Sprintf("the endpoint %s is unreachable (%s): check --endpoint and the network", redact(endpoint), lastAnswer(err))
 	}
+	if errors.Is(err, dedup.ErrDiskFull) {
+		return diskFull(err)
+	}
 	return oneLine(err)
+}
+
+// diskFull explains a store whose disk is full; err names the store.
+func diskFull(err error) string {
+	return fmt.Sprintf("disk full: %s: free space there and run the same command again; everything recorded so far is kept, and the items left uncertain are settled without a second record",
+		oneLine(err))
 }
 
 // resultWriter writes the --results file, each line with one write(2) of

@@ -50,7 +50,20 @@ type Header struct {
 // ReadHeader reads and checks the SQLite header of the file at path, read
 // only. Besides the magic string and the format bytes it checks that the
 // file is a whole number of pages and no shorter than the header says.
+// (Identify goes further: a file shorter than its header with a
+// write-ahead log beside it is judged by SQLite, through the log.)
 func ReadHeader(path string) (Header, error) {
+	h, err := readHeader(path)
+	if err != nil {
+		return Header{}, err
+	}
+	return h, nil
+}
+
+// readHeader is ReadHeader, except that a file whose header is sound but
+// which is shorter than the header says (or not a whole number of pages)
+// gives an error wrapping errTruncated together with the header.
+func readHeader(path string) (Header, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Header{}, err
@@ -90,21 +103,22 @@ func ReadHeader(path string) (Header, error) {
 	if enc := binary.BigEndian.Uint32(b[56:60]); enc > 3 {
 		return Header{}, fmt.Errorf("%w: corrupt SQLite header (text encoding %d)", ErrNotDatabase, enc)
 	}
+	h := Header{
+		PageSize:      int(pageSize),
+		ApplicationID: binary.BigEndian.Uint32(b[68:72]),
+		UserVersion:   int(int32(binary.BigEndian.Uint32(b[60:64]))),
+	}
 	if size%pageSize != 0 {
-		return Header{}, fmt.Errorf("%w: %w: %d bytes is not a whole number of %d-byte pages", ErrNotDatabase, errTruncated, size, pageSize)
+		return h, fmt.Errorf("%w: %w: %d bytes is not a whole number of %d-byte pages", ErrNotDatabase, errTruncated, size, pageSize)
 	}
 	// The in-header page count is valid when the change counter equals the
 	// version-valid-for number.
 	if binary.BigEndian.Uint32(b[24:28]) == binary.BigEndian.Uint32(b[92:96]) {
 		if pages := int64(binary.BigEndian.Uint32(b[28:32])); pages*pageSize > size {
-			return Header{}, fmt.Errorf("%w: %w: %d bytes, the header says %d", ErrNotDatabase, errTruncated, size, pages*pageSize)
+			return h, fmt.Errorf("%w: %w: %d bytes, the header says %d", ErrNotDatabase, errTruncated, size, pages*pageSize)
 		}
 	}
-	return Header{
-		PageSize:      int(pageSize),
-		ApplicationID: binary.BigEndian.Uint32(b[68:72]),
-		UserVersion:   int(int32(binary.BigEndian.Uint32(b[60:64]))),
-	}, nil
+	return h, nil
 }
 
 // errTruncated marks a file shorter than its header says.
@@ -141,8 +155,12 @@ func (f File) Blank() bool {
 // nor an empty one; a file that is not a sound SQLite database gives an
 // error wrapping ErrNotDatabase. A database whose header names an
 // application_id other than 0 and own is not opened in SQLite at all, so
-// another program's file is never even read by SQLite. Other errors (a
-// permission denied) are returned as they are.
+// another program's file is never even read by SQLite. A file shorter than
+// its header says is a database when it has a write-ahead log that holds
+// every page it lacks (what a checkpoint that failed on a full disk
+// leaves): SQLite reads it through the log, read-only (PRAGMA quick_check,
+// no checkpoint), and judges it. Other errors (a permission denied) are
+// returned as they are.
 func Identify(path string, own uint32) (File, error) {
 	info, err := os.Stat(path)
 	switch {
@@ -161,30 +179,80 @@ func Identify(path string, own uint32) (File, error) {
 	// A checkpoint in another process writes page 1 (with the new size)
 	// before the pages that grow the file, so a size check can fail for a
 	// moment on a healthy database; look again before calling it truncated.
+	// A checkpoint that failed (the disk was full) leaves the file so, its
+	// pages in the write-ahead log: with a log beside it, SQLite reads
+	// the file through the log and judges it.
 	var h Header
 	for try := 0; ; try++ {
-		h, err = ReadHeader(path)
-		if err == nil || !errors.Is(err, errTruncated) || try == 2 {
+		h, err = readHeader(path)
+		if err == nil || !errors.Is(err, errTruncated) || try == 2 || hasLog(path) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err != nil {
+	short := errors.Is(err, errTruncated) && hasLog(path)
+	if err != nil && !short {
 		return File{}, err
 	}
 	f := File{Exists: true, Size: info.Size(), ApplicationID: h.ApplicationID, UserVersion: h.UserVersion}
 	if h.ApplicationID != 0 && h.ApplicationID != own {
+		if short {
+			return File{}, err
+		}
 		return f, nil
 	}
 	// The header can lag behind the write-ahead log, so ask SQLite for the
 	// current application_id, version and schema.
-	db, err := Open(path)
-	if err != nil {
-		return File{}, err
+	db, oerr := Open(path)
+	if oerr != nil {
+		return File{}, oerr
 	}
 	defer db.Close()
-	err = db.Read(func(db *sql.DB) error { return readSchema(db, &f) })
-	return f, err
+	rerr := db.Read(func(db *sql.DB) error {
+		if short {
+			if err := checkThroughLog(db, err); err != nil {
+				return err
+			}
+		}
+		return readSchema(db, &f)
+	})
+	return f, rerr
+}
+
+// hasLog reports whether path has a write-ahead log beside it.
+func hasLog(path string) bool {
+	_, err := os.Lstat(path + "-wal")
+	return err == nil
+}
+
+// checkThroughLog checks every page of a database whose file is shorter
+// than its header says (truncated, the error that says so) as SQLite reads
+// it through its write-ahead log: sound when the log holds every page the
+// file lacks. Otherwise it returns truncated with what SQLite found.
+func checkThroughLog(db *sql.DB, truncated error) error {
+	rows, err := db.Query("PRAGMA quick_check")
+	if err != nil {
+		return fmt.Errorf("%w; through its write-ahead log: %v", truncated, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("%w; through its write-ahead log: %v", truncated, err)
+		}
+		problems = append(problems, line)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%w; through its write-ahead log: %v", truncated, err)
+	}
+	if len(problems) == 1 && problems[0] == "ok" {
+		return nil
+	}
+	if len(problems) > 3 {
+		problems = append(problems[:3], "...")
+	}
+	return fmt.Errorf("%w, and its write-ahead log does not complete it: %s", truncated, strings.Join(problems, "; "))
 }
 
 // readSchema reads application_id, user_version and the schema of db into
