@@ -116,7 +116,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 		require.NoError(t, err)
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		readAnswer(resp)
+		_, _ = readAnswer(resp, false)
 		require.Equal(t, http.StatusCreated, resp.StatusCode)
 
 		_, err = peerClient(t, CouchDB{Endpoint: db}).DepositDataset(ctx, dir, []byte(`{"title":"Old"}`), names)
