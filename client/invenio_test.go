@@ -339,8 +339,10 @@ func TestInvenioLostStoreResumesAHalfUploadedDraft(t *testing.T) {
 // A search index that lags more than the settle time hides the draft a
 // dropped create made: the client creates a second one, and the next run
 // finds both by the marker and reports the conflict instead of picking one.
+// The lag is ten times the settle time and long enough that the first run's
+// search, however slow the machine, comes before the index shows the draft.
 func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
-	const lag = 150 * time.Millisecond
+	const lag = time.Second
 	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: lag})
 	store := openStore(t)
 	c := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)
