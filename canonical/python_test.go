@@ -28,7 +28,7 @@ func runPython(t *testing.T, payloads [][]byte) []string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skipf("python3 not found on PATH, so the differential test against Python's json.dumps cannot run: %v", err)
+		missingReference(t, "python3 not found on PATH, so the differential test against Python's json.dumps cannot run: %v", err)
 	}
 	var in bytes.Buffer
 	for _, p := range payloads {

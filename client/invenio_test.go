@@ -236,13 +236,17 @@ func TestInvenioChaosAtEveryStep(t *testing.T) {
 			// note would stay for the next run.
 			time.Sleep(5 * 10 * time.Millisecond)
 			for round := range 2 {
+				var got []ItemResult
 				sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) {
+					got = append(got, r)
+				}})
+				require.NoError(t, err)
+				for _, r := range got {
 					require.Equal(t, OutcomeReplayed, r.Outcome)
 					require.Equal(t, first[r.Line].Identifier, r.Identifier, "line %d", r.Line)
 					require.Equal(t, first[r.Line].RecordID, r.RecordID, "line %d", r.Line)
 					require.True(t, ids[r.Identifier], "identifier %s is a published record's DOI", r.Identifier)
-				}})
-				require.NoError(t, err)
+				}
 				require.Equal(t, len(its), sum.Replayed)
 				if round == 1 {
 					require.Zero(t, sum.Requests)
@@ -276,12 +280,16 @@ func TestInvenioLostStoreCreatesNothingNew(t *testing.T) {
 			}
 
 			lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), tgt, fastRetry)
+			var got []ItemResult
 			sum, err := lost.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) {
+				got = append(got, r)
+			}})
+			require.NoError(t, err)
+			for _, r := range got {
 				require.NoError(t, r.Err)
 				require.Equal(t, first[r.Line].Identifier, r.Identifier, "line %d", r.Line)
 				require.Equal(t, first[r.Line].RecordID, r.RecordID, "line %d", r.Line)
-			}})
-			require.NoError(t, err)
+			}
 			require.Equal(t, len(its), sum.Replayed)
 			after := s.Stats()
 			require.Equal(t, before.Drafts, after.Drafts, "nothing new created")
@@ -331,8 +339,10 @@ func TestInvenioLostStoreResumesAHalfUploadedDraft(t *testing.T) {
 // A search index that lags more than the settle time hides the draft a
 // dropped create made: the client creates a second one, and the next run
 // finds both by the marker and reports the conflict instead of picking one.
+// The lag is ten times the settle time and long enough that the first run's
+// search, however slow the machine, comes before the index shows the draft.
 func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
-	const lag = 150 * time.Millisecond
+	const lag = time.Second
 	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: lag})
 	store := openStore(t)
 	c := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)

@@ -23,21 +23,27 @@ import (
 )
 
 // gatedServer is a PUT server that holds each write until its gate opens,
-// and counts the writes it received while another was being handled.
+// and counts the writes it received while another was being handled. The
+// time each write arrived is sent on arrivals (the first 64 of them).
 type gatedServer struct {
 	*httptest.Server
 	gate     chan struct{}
+	arrivals chan time.Time
 	writes   atomic.Int64
 	inFlight atomic.Int64
 	overlaps atomic.Int64
 }
 
 func newGatedServer(t *testing.T) *gatedServer {
-	g := &gatedServer{gate: make(chan struct{})}
+	g := &gatedServer{gate: make(chan struct{}), arrivals: make(chan time.Time, 64)}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Read the body first: only then does the server notice a client
 		// that hangs up.
 		io.Copy(io.Discard, r.Body)
+		select {
+		case g.arrivals <- time.Now():
+		default:
+		}
 		g.writes.Add(1)
 		if g.inFlight.Add(1) > 1 {
 			g.overlaps.Add(1)
@@ -60,42 +66,74 @@ func newLeaseClient(t *testing.T, endpoint string, store Store, lease time.Durat
 	return c
 }
 
+// lookWatch is a store that tells of each look-up the engine makes.
+type lookWatch struct {
+	*dedup.SQLite
+	looked chan struct{}
+}
+
+func (s *lookWatch) Lookup(ctx context.Context, target, key string) (dedup.Record, error) {
+	rec, err := s.SQLite.Lookup(ctx, target, key)
+	s.looked <- struct{}{}
+	return rec, err
+}
+
+// deposited is what a deposit run on another goroutine returns.
+type deposited struct {
+	res Result
+	err error
+}
+
+// depositAsync runs c.Deposit of p on another goroutine; its result comes
+// on the channel returned.
+func depositAsync(c *Client, p []byte) <-chan deposited {
+	done := make(chan deposited, 1)
+	go func() {
+		res, err := c.Deposit(context.Background(), p)
+		done <- deposited{res, err}
+	}()
+	return done
+}
+
 // Two clients sharing a store, as two processes would, deposit one payload
-// at once: the second does not send while the first holds the key's lease,
-// and replays the first one's result once it is settled.
+// at once: the second does not send while the first holds the key's lease
+// (it looks three times, and parks in between), and replays the first
+// one's result once it is settled.
 func TestALeasedKeyIsNotSentByAnotherProcess(t *testing.T) {
 	srv := newGatedServer(t)
 	store := openStore(t)
 	first := newLeaseClient(t, srv.URL, store, time.Minute)
-	second := newLeaseClient(t, srv.URL, store, time.Minute)
+	watch := &lookWatch{SQLite: store, looked: make(chan struct{})}
+	second := newLeaseClient(t, srv.URL, watch, time.Minute)
 
-	firstDone := make(chan Result, 1)
-	go func() {
-		res, err := first.Deposit(context.Background(), []byte(payload))
-		require.NoError(t, err)
-		firstDone <- res
-	}()
-	for srv.writes.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	firstDone := depositAsync(first, []byte(payload))
+	<-srv.arrivals // the first holds the lease and its write is at the server
+	secondDone := depositAsync(second, []byte(payload))
+	for looks := 0; looks < 3; {
+		select {
+		case <-watch.looked:
+			looks++
+		case <-srv.arrivals:
+			t.Fatalf("the second client sent a key leased by the first after %d look-ups", looks)
+		}
 	}
-	secondDone := make(chan Result, 1)
-	go func() {
-		res, err := second.Deposit(context.Background(), []byte(payload))
-		require.NoError(t, err)
-		secondDone <- res
-	}()
-	// Let the second look a few times; it must not send meanwhile.
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, int64(1), srv.writes.Load(), "the second client sent a key leased by the first")
 	close(srv.gate)
+	go func() { // the second's look-ups after the gate opens
+		for range watch.looked {
+		}
+	}()
 
 	a, b := <-firstDone, <-secondDone
-	require.Equal(t, OutcomeCreated, a.Outcome)
-	require.Equal(t, OutcomeReplayed, b.Outcome)
-	require.Equal(t, a.Identifier, b.Identifier)
-	require.Zero(t, b.Requests)
-	require.False(t, b.Recovered, "the key was settled by a live process, not recovered")
+	close(watch.looked)
+	require.NoError(t, a.err)
+	require.NoError(t, b.err)
+	require.Equal(t, OutcomeCreated, a.res.Outcome)
+	require.Equal(t, OutcomeReplayed, b.res.Outcome)
+	require.Equal(t, a.res.Identifier, b.res.Identifier)
+	require.Zero(t, b.res.Requests)
+	require.False(t, b.res.Recovered, "the key was settled by a live process, not recovered")
 	require.Zero(t, srv.overlaps.Load())
+	require.Equal(t, int64(1), srv.writes.Load())
 }
 
 // A lease whose owner died (it stopped renewing) is taken over once it
@@ -108,16 +146,16 @@ func TestAnExpiredLeaseIsTakenOver(t *testing.T) {
 	k, err := c.Key([]byte(payload))
 	require.NoError(t, err)
 	// The dead process: it claimed the key for 300 ms and never renewed.
-	_, err = store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, dedup.Lease{Owner: "dead", TTL: 300 * time.Millisecond})
+	dead, err := store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, dedup.Lease{Owner: "dead", TTL: 300 * time.Millisecond})
 	require.NoError(t, err)
 
-	start := time.Now()
 	res, err := c.Deposit(context.Background(), []byte(payload))
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond, "sent before the dead process's lease expired")
 	require.Equal(t, OutcomeCreated, res.Outcome)
 	require.True(t, res.Recovered)
 	require.Equal(t, int64(1), srv.writes.Load())
+	sent := <-srv.arrivals
+	require.False(t, sent.Before(dead.LeaseExpires), "sent at %v, before the dead process's lease expired at %v", sent, dead.LeaseExpires)
 	rec, err := store.Lookup(context.Background(), c.StoreTarget(), k.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StateDone, rec.State)
@@ -247,20 +285,24 @@ func TestClientsSharingAStoreNeverOverlapOnAKey(t *testing.T) {
 	clients := []*Client{newLeaseClient(t, srv.URL, store, time.Minute), newLeaseClient(t, srv.URL, store, time.Minute)}
 	const items = 40
 	var wg sync.WaitGroup
+	errs := make(chan error, 2*3*items)
 	for _, c := range clients {
 		for g := range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for i := range items {
 					p := fmt.Appendf(nil, `{"n":%d}`, i)
-					_, err := c.Deposit(context.Background(), p)
-					require.NoError(t, err, "goroutine %d", g)
+					if _, err := c.Deposit(context.Background(), p); err != nil {
+						errs <- fmt.Errorf("goroutine %d, item %d: %w", g, i, err)
+					}
 				}
-			}()
+			})
 		}
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 	require.Zero(t, overlaps.Load())
 	require.Equal(t, int64(items), writes.Load(), "each key written once")
 }
@@ -321,9 +363,11 @@ func TestAKeyBegunBetweenLookupAndClaimIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	k, err := c.Key([]byte(payload))
 	require.NoError(t, err)
-	_, err = store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, dedup.Lease{Owner: "another process", TTL: time.Microsecond})
+	other := dedup.Lease{Owner: "another process", TTL: time.Minute}
+	_, err = store.Claim(context.Background(), c.StoreTarget(), k.Key, k.Body, other)
 	require.NoError(t, err)
-	time.Sleep(2 * time.Millisecond) // its lease has ended
+	// Its lease has ended; the request it may have sent stays counted.
+	require.NoError(t, store.Release(context.Background(), other.Owner, dedup.Ref{Target: c.StoreTarget(), Key: k.Key}, false))
 
 	res, err := c.Deposit(context.Background(), []byte(payload))
 	require.NoError(t, err)
@@ -374,6 +418,7 @@ func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T
 	require.NoError(t, store.Release(ctx, c.leases.lease.Owner, ref(1), false))
 
 	recovered := map[string]bool{}
+	var errs []error
 	sum, err := c.Run(ctx, func(yield func(Item) bool) {
 		for i, p := range payloads {
 			if !yield(Item{Line: int64(i + 1), Payload: []byte(p)}) {
@@ -381,10 +426,11 @@ func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T
 			}
 		}
 	}, BatchOptions{Concurrency: 2, OnResult: func(r ItemResult) {
-		require.NoError(t, r.Err)
+		errs = append(errs, r.Err)
 		recovered[r.Key] = r.Recovered
 	}})
 	require.NoError(t, err)
+	require.NoError(t, errors.Join(errs...))
 	require.Equal(t, 3, sum.Created)
 	require.Equal(t, map[string]bool{keys[0]: true, keys[1]: false, keys[2]: false}, recovered)
 	require.Zero(t, store.looks.Load(), "the engine looked keys up before claiming them")

@@ -95,13 +95,18 @@ func runLeaseTests(t *testing.T, open func(t *testing.T) leaseStore) {
 
 	t.Run("renewal keeps a lease alive past its first expiry", func(t *testing.T) {
 		s := open(t)
-		short := Lease{Owner: a.Owner, TTL: 200 * time.Millisecond}
-		_, err := s.Claim(ctx, target, "k", nil, short)
+		short := Lease{Owner: a.Owner, TTL: 10 * time.Second}
+		first, err := s.Claim(ctx, target, "k", nil, short)
 		require.NoError(t, err)
 		lost, err := s.Renew(ctx, a, []Ref{ref}) // now a minute
 		require.NoError(t, err)
 		require.Empty(t, lost)
-		time.Sleep(250 * time.Millisecond)
+		// The lease now ends a minute from the renewal, well past where it
+		// would have ended (however long the renewal took to arrive).
+		r, err := s.Lookup(ctx, target, "k")
+		require.NoError(t, err)
+		require.True(t, r.LeaseExpires.After(first.LeaseExpires.Add(40*time.Second)),
+			"renewed to %v, first to end at %v", r.LeaseExpires, first.LeaseExpires)
 		_, err = s.Claim(ctx, target, "k", nil, b)
 		require.ErrorIs(t, err, ErrLeased)
 	})

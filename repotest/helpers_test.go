@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -65,6 +66,16 @@ func field(t testing.TB, body []byte, name string) string {
 	t.Helper()
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(body, &m), "body %q", body)
+	s, _ := m[name].(string)
+	return s
+}
+
+// fieldOf is field for goroutines other than the test's: a body that is
+// not a JSON object is reported with t.Errorf, and the member read as "".
+func fieldOf(t testing.TB, body []byte, name string) string {
+	t.Helper()
+	var m map[string]any
+	assert.NoError(t, json.Unmarshal(body, &m), "body %q", body)
 	s, _ := m[name].(string)
 	return s
 }

@@ -30,20 +30,20 @@ func race(t *testing.T, s *Server, protocol Protocol, keys []string, clients int
 					if protocol == ProtocolPut {
 						a, err := send(s.Client(), "PUT", s.URL+"/"+k, body, inm, "*")
 						if err == nil && a.status == http.StatusCreated {
-							got[c][k] = field(t, a.body, "identifier")
+							got[c][k] = fieldOf(t, a.body, "identifier")
 							break
 						}
 						if err == nil && a.status == http.StatusPreconditionFailed {
 							r, err := send(s.Client(), "GET", s.URL+"/"+k, "")
 							if err == nil && r.status == http.StatusOK {
-								got[c][k] = field(t, r.body, "identifier")
+								got[c][k] = fieldOf(t, r.body, "identifier")
 								break
 							}
 						}
 					} else {
 						a, err := send(s.Client(), "POST", s.URL, body, ik, `"`+k+`"`)
 						if err == nil && a.status == http.StatusCreated {
-							got[c][k] = field(t, a.body, "id")
+							got[c][k] = fieldOf(t, a.body, "id")
 							break
 						}
 						if err == nil && a.status == http.StatusConflict {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -322,21 +324,44 @@ func TestAClientThatGivesUpDuringLatencyStillGetsItsRecordCommitted(t *testing.T
 }
 
 // Two writes of one key at once are counted as an overlap; writes of other
-// keys, or one after another, are not.
+// keys, or one after another, are not. The two writes of k1 are held
+// reading their bodies (inside the handler, past the point where a write
+// is counted) until both have come that far, so they overlap however the
+// machine schedules them.
 func TestOverlappingWritesOfAKeyAreCounted(t *testing.T) {
-	srv := startServer(t, Config{Latency: 200 * time.Millisecond})
+	h, err := NewHandler(Config{})
+	require.NoError(t, err)
+	var both sync.WaitGroup
+	both.Add(2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/k1" {
+			r.Body = &heldBody{ReadCloser: r.Body, hold: func() { both.Done(); both.Wait() }}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
 	body := `{"title":"x"}`
 	var wg sync.WaitGroup
 	for _, key := range []string{"k1", "k1", "k2"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, err := send(srv.Client(), http.MethodPut, srv.URL+"/"+key, body, "If-None-Match", "*", "Content-Type", "application/json")
-			require.NoError(t, err)
-		}()
+			assert.NoError(t, err) // off the test goroutine
+		})
 	}
 	wg.Wait()
-	_, err := send(srv.Client(), http.MethodPut, srv.URL+"/k2", body, "If-None-Match", "*", "Content-Type", "application/json")
+	_, err = send(srv.Client(), http.MethodPut, srv.URL+"/k2", body, "If-None-Match", "*", "Content-Type", "application/json")
 	require.NoError(t, err)
-	require.Equal(t, int64(1), srv.Stats().Overlaps)
+	require.Equal(t, int64(1), h.Stats().Overlaps)
+}
+
+// heldBody calls hold before its first read.
+type heldBody struct {
+	io.ReadCloser
+	hold func()
+	once sync.Once
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	b.once.Do(b.hold)
+	return b.ReadCloser.Read(p)
 }
