@@ -40,10 +40,11 @@ type Config struct {
 	// raises to a retry's tokens for each item a batch lets wait at once.
 	// Share one Budget between clients to share it between their batches.
 	Budget *backoff.Budget
-	// Rate limits requests per second (fractions allowed). 0 is the
-	// target's default: unlimited, except DataCiteRate under DataCite and
-	// InvenioRate under Invenio. A negative Rate is unlimited. Rate is a
-	// hard ceiling: the adaptive rate (see StaticRate) only ever lowers it.
+	// Rate limits requests per second (fractions allowed). 0 (unset) is
+	// the target's default: unlimited, except DataCiteRate under DataCite
+	// and InvenioRate under Invenio. NoRateLimit, or any negative Rate,
+	// is unlimited under every target. Rate is a hard ceiling: the
+	// adaptive rate (see StaticRate) only ever lowers it.
 	Rate float64
 	// StaticRate keeps the rate of this client's requests at Rate (or
 	// unlimited) whatever the server answers. By default the rate adapts
@@ -114,6 +115,10 @@ type RetryEvent struct {
 	Status int   // status of the answer retried, 0 for a transport error
 	Err    error // the transport error retried, if any
 }
+
+// NoRateLimit is the Config.Rate that sets no client limit on requests,
+// whatever the target's default (the zero Rate means that default).
+const NoRateLimit = -1
 
 // Outcome is what became of one deposit.
 type Outcome string

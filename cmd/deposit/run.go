@@ -36,7 +36,7 @@ type runOptions struct {
 	idPointer     string
 	maxAttempts   int
 	maxElapsed    time.Duration
-	rate          float64
+	rate          rateFlag
 	retryFailed   bool
 	lease         time.Duration
 	adaptiveRate  bool
@@ -53,6 +53,38 @@ type runOptions struct {
 	searchRate    float64
 	input         string // FILE, or "-" for stdin
 
+}
+
+// rateFlag is --rate: requests per second, and whether the flag was given,
+// since an explicit 0 means no limit where an absent --rate leaves the
+// target's default.
+type rateFlag struct {
+	v   float64
+	set bool
+}
+
+func (r *rateFlag) String() string {
+	if r == nil || !r.set {
+		return ""
+	}
+	return strconv.FormatFloat(r.v, 'g', -1, 64)
+}
+
+func (r *rateFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number of requests per second, such as 2.5")
+	}
+	r.v, r.set = v, true
+	return nil
+}
+
+// clientRate is the Config.Rate of the flag.
+func (r rateFlag) clientRate() float64 {
+	if r.set && r.v == 0 {
+		return client.NoRateLimit
+	}
+	return r.v
 }
 
 // batchBackoffCap caps the jittered wait between two attempts of one item.
@@ -128,7 +160,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", 20, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", 2*time.Minute, "time budget for retrying one item")
-	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
+	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", client.DataCiteRate, client.InvenioRate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
 	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see the README)")
@@ -157,7 +189,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-attempts must be at least 1")
 	case o.maxElapsed <= 0:
 		return c.usageError(s, "--max-elapsed must be positive")
-	case o.rate < 0 || o.searchRate < 0:
+	case o.rate.v < 0 || o.searchRate < 0:
 		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.lease < 100*time.Millisecond:
 		return c.usageError(s, "--lease must be at least 100ms")
@@ -287,7 +319,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Form:        form,
 		Ignore:      o.ignore,
 		Retry:       backoff.Policy{Cap: batchBackoffCap, RetryAfterCap: 20 * time.Second, MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed},
-		Rate:        o.rate,
+		Rate:        o.rate.clientRate(),
 		RetryFailed: o.retryFailed,
 		Lease:       o.lease,
 		StaticRate:  !o.adaptiveRate,
