@@ -156,11 +156,12 @@ func (t Invenio) driver() (driver, error) {
 }
 
 // The store targets: the published deposit, its draft, its files, and the
-// drafts to look for again.
-func (d invenioDriver) publishTarget() string { return protocol.Invenio + " " + d.endpoint }
-func (d invenioDriver) draftTarget() string   { return protocol.Invenio + "-draft " + d.endpoint }
-func (d invenioDriver) fileTarget() string    { return protocol.Invenio + "-file " + d.endpoint }
-func (d invenioDriver) recheckTarget() string { return protocol.Invenio + "-recheck " + d.endpoint }
+// drafts to look for again, each named by targetName so that a token in
+// the endpoint's query is not stored.
+func (d invenioDriver) publishTarget() string { return targetName(protocol.Invenio, d.endpoint) }
+func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
+func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
+func (d invenioDriver) recheckTarget() string { return targetName(protocol.Invenio+"-recheck", d.endpoint) }
 
 // name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
