@@ -161,7 +161,9 @@ func (t Invenio) driver() (driver, error) {
 func (d invenioDriver) publishTarget() string { return targetName(protocol.Invenio, d.endpoint) }
 func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
 func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
-func (d invenioDriver) recheckTarget() string { return targetName(protocol.Invenio+"-recheck", d.endpoint) }
+func (d invenioDriver) recheckTarget() string {
+	return targetName(protocol.Invenio+"-recheck", d.endpoint)
+}
 
 // name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
