@@ -188,7 +188,18 @@ func (d invenioDriver) defaultRate() float64      { return InvenioRate }
 func (d invenioDriver) wantsFileMD5() bool        { return true }
 
 func (d invenioDriver) wrapTransport(next http.RoundTripper) http.RoundTripper {
-	return &invenioTransport{next: next, search: backoff.NewLimiter(max(d.searchRate, 0))}
+	return &invenioTransport{next: next}
+}
+
+// pacer holds searches to SearchRate, on a budget of their own.
+func (d invenioDriver) pacer() func(*http.Request) *backoff.Limiter {
+	search := backoff.NewLimiter(max(d.searchRate, 0))
+	return func(req *http.Request) *backoff.Limiter {
+		if strings.HasSuffix(req.URL.Path, "/user/records") {
+			return search
+		}
+		return nil
+	}
 }
 
 // url is {endpoint}/{path}, the endpoint's query kept.
@@ -738,23 +749,14 @@ func acceptJSON() http.Header {
 	return h
 }
 
-// invenioTransport holds searches to their own rate and turns Zenodo's
-// X-RateLimit-Reset (Unix seconds) on a 429 into the Retry-After the retry
-// policy honours (capped like any wait).
+// invenioTransport turns Zenodo's X-RateLimit-Reset (Unix seconds) on a
+// 429 into the Retry-After the retry policy honours (capped like any
+// wait).
 type invenioTransport struct {
-	next   http.RoundTripper
-	search *backoff.Limiter
+	next http.RoundTripper
 }
 
 func (t *invenioTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/user/records") {
-		if err := t.search.Wait(req.Context()); err != nil {
-			if req.Body != nil {
-				req.Body.Close()
-			}
-			return nil, err
-		}
-	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
 		return resp, err
