@@ -185,6 +185,10 @@ type Result struct {
 	// Requests counts the HTTP requests this deposit sent, read-backs
 	// included; Retries counts those that repeated an earlier one.
 	Requests, Retries int
+	// Rechecks counts the Requests that looked again for a record created
+	// after a search for it had found nothing (Invenio): a replayed
+	// deposit sends them once while the store notes such a record.
+	Rechecks int
 	// Recovered reports that the store showed this key as possibly sent
 	// by an earlier run or by another process that has since stopped
 	// (pending, last claimed by another), and this deposit settled it.

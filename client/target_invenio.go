@@ -162,7 +162,7 @@ func (d invenioDriver) publishTarget() string { return targetName(protocol.Inven
 func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
 func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
 func (d invenioDriver) recheckTarget() string {
-	return targetName(protocol.Invenio+"-recheck", d.endpoint)
+	return targetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
 }
 
 // name is the primary step's target: the publish, or under NoPublish the

@@ -125,10 +125,12 @@ Credentials are never printed.
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
 "unresolved","recovered","unread","skipped","leases_lost","requests","retries",
-"elapsed_ms"}. "total" is the sum of the six outcomes, over the lines read;
-"unread" counts the non-blank lines a run that stopped early never read,
-"skipped" those left to other shards (--shard); "leases_lost" counts items
-stopped because another process took their key over (they are unresolved).
+"rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over the
+lines read; "unread" counts the non-blank lines a run that stopped early never
+read, "skipped" those left to other shards (--shard); "leases_lost" counts items
+stopped because another process took their key over (they are unresolved);
+"rechecks" counts the requests (among "requests") that looked again for
+records created after a search found nothing (invenio), replays' included.
 
 Fleets: processes sharing one --db (a SQLite file on one machine, or a
 postgres:// URL) split the work by key without further setup: each key is
@@ -223,6 +225,7 @@ type summaryJSON struct {
 	LeasesLost int   `json:"leases_lost"`
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
+	Rechecks   int   `json:"rechecks"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
 }
 
@@ -415,7 +418,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
-			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
@@ -656,6 +659,9 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 		fmt.Fprintf(w, " (%d recovered: left uncertain by an earlier run or another process)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if sum.Rechecks > 0 {
+		fmt.Fprintf(w, "  %s looked again for records created after a search found nothing (a duplicate the search index hid is reported as failed)\n", plural(sum.Rechecks, "request"))
+	}
 	if sum.Skipped > 0 {
 		fmt.Fprintf(w, "  %s skipped: left to other shards (--shard %s)\n", plural(sum.Skipped, "line"), o.shardSpec)
 	}
