@@ -13,14 +13,17 @@
 -- VACUUM FULL records, settings removes them at once.
 
 DELETE FROM records
-WHERE state <> 'done'
-  AND EXISTS (SELECT 1 FROM renamed_targets AS m JOIN records AS o ON o.target = m.old
-              WHERE m.new = records.target AND o.key = records.key AND o.state = 'done');
+WHERE (target, key) IN (SELECT n.target, n.key
+                        FROM renamed_targets AS m
+                        JOIN records AS o ON o.target = m.old
+                        JOIN records AS n ON n.target = m.new AND n.key = o.key
+                        WHERE o.state = 'done' AND n.state <> 'done');
 
 UPDATE records SET target = (SELECT m.new FROM renamed_targets AS m WHERE m.old = records.target)
 WHERE target IN (SELECT old FROM renamed_targets)
-  AND NOT EXISTS (SELECT 1 FROM renamed_targets AS m JOIN records AS n ON n.target = m.new
-                  WHERE m.old = records.target AND n.key = records.key);
+  AND (target, key) NOT IN (SELECT m.old, n.key
+                            FROM renamed_targets AS m
+                            JOIN records AS n ON n.target = m.new);
 
 DELETE FROM records WHERE target IN (SELECT old FROM renamed_targets);
 
