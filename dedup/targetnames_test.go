@@ -140,3 +140,38 @@ func TestPostgresTargetNamesHoldNoTokenAfterTheMigration(t *testing.T) {
 	}
 	require.Equal(t, 6, rows)
 }
+
+// BenchmarkMigrateTargetNames opens a 1M-row store of schema version 3, as
+// release 07baeba left it: one op is the whole upgrade, the target-name
+// migration included, with no name to rename ("plain") or every row under
+// an InvenioRDM name that holds a token ("token").
+//
+//	go test -run '^$' -bench MigrateTargetNames -benchtime 3x ./dedup
+func BenchmarkMigrateTargetNames(b *testing.B) {
+	for _, bc := range []struct{ name, target string }{{"plain", "put http://repo.example/recs"}, {"token", oldInvenio}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				path := filepath.Join(b.TempDir(), "v3.db")
+				writeOldStore(b, path, 3, fmt.Sprintf(`
+					WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < %d)
+					INSERT INTO records (target, key, state, outcome, identifier, status, attempts, created_at, updated_at)
+					SELECT '%s', printf('%%064x', i),
+						CASE WHEN i %% 5 = 0 THEN 'pending' ELSE 'done' END,
+						CASE WHEN i %% 5 = 0 THEN '' ELSE 'created' END,
+						CASE WHEN i %% 5 = 0 THEN '' ELSE '10.5072/' || i END,
+						CASE WHEN i %% 5 = 0 THEN 0 ELSE 201 END,
+						1, 1767225600000000, 1767225600000000
+					FROM n`, benchRows, bc.target))
+				b.StartTimer()
+				s, err := Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				s.Close()
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/upgrade")
+		})
+	}
+}
