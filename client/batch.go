@@ -115,6 +115,9 @@ type Summary struct {
 	// Requests counts HTTP requests sent, Retries those that repeated one.
 	Requests, Retries int
 	Elapsed           time.Duration
+	// Rechecks counts the Requests that looked again for records created
+	// after a search had found nothing (Result.Rechecks), replays' included.
+	Rechecks int
 }
 
 func (s *Summary) add(r ItemResult) {
@@ -145,6 +148,7 @@ func (s *Summary) add(r ItemResult) {
 	}
 	s.Requests += r.Requests
 	s.Retries += r.Retries
+	s.Rechecks += r.Rechecks
 }
 
 // Run deposits every item of items with bounded concurrency and returns the

@@ -40,10 +40,11 @@ type Config struct {
 	// raises to a retry's tokens for each item a batch lets wait at once.
 	// Share one Budget between clients to share it between their batches.
 	Budget *backoff.Budget
-	// Rate limits requests per second (fractions allowed). 0 is the
-	// target's default: unlimited, except DataCiteRate under DataCite and
-	// InvenioRate under Invenio. A negative Rate is unlimited. Rate is a
-	// hard ceiling: the adaptive rate (see StaticRate) only ever lowers it.
+	// Rate limits requests per second (fractions allowed). 0 (unset) is
+	// the target's default: unlimited, except DataCiteRate under DataCite
+	// and InvenioRate under Invenio. NoRateLimit, or any negative Rate,
+	// is unlimited under every target. Rate is a hard ceiling: the
+	// adaptive rate (see StaticRate) only ever lowers it.
 	Rate float64
 	// StaticRate keeps the rate of this client's requests at Rate (or
 	// unlimited) whatever the server answers. By default the rate adapts
@@ -115,6 +116,10 @@ type RetryEvent struct {
 	Err    error // the transport error retried, if any
 }
 
+// NoRateLimit is the Config.Rate that sets no client limit on requests,
+// whatever the target's default (the zero Rate means that default).
+const NoRateLimit = -1
+
 // Outcome is what became of one deposit.
 type Outcome string
 
@@ -180,6 +185,10 @@ type Result struct {
 	// Requests counts the HTTP requests this deposit sent, read-backs
 	// included; Retries counts those that repeated an earlier one.
 	Requests, Retries int
+	// Rechecks counts the Requests that looked again for a record created
+	// after a search for it had found nothing (Invenio): a replayed
+	// deposit sends them once while the store notes such a record.
+	Rechecks int
 	// Recovered reports that the store showed this key as possibly sent
 	// by an earlier run or by another process that has since stopped
 	// (pending, last claimed by another), and this deposit settled it.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/backoff"
 )
 
 // A caller's header that would replace one the target sets for
@@ -79,4 +81,26 @@ func TestNewSaysAMissingEndpointIsRequired(t *testing.T) {
 // only the Result knows: OutcomeOf does not guess.
 func TestOutcomeOfNilIsNoOutcome(t *testing.T) {
 	require.Equal(t, Outcome(""), OutcomeOf(nil))
+}
+
+// NoRateLimit leaves every target without a client limit, those with a
+// default rate of their own included; the zero Rate is that default.
+func TestNoRateLimitIsUnlimitedUnderEveryTarget(t *testing.T) {
+	for _, tc := range []struct {
+		target Target
+		def    float64
+	}{
+		{Put{Endpoint: "http://repo.example/recs"}, 0},
+		{DataCite{Prefix: "10.5072"}, DataCiteRate},
+		{Invenio{Endpoint: "http://repo.example/api"}, InvenioRate},
+	} {
+		d, err := tc.target.driver()
+		require.NoError(t, err)
+		limiterOf := func(rate float64) *backoff.Limiter {
+			hc, _ := newHTTPClient(nil, d, rate, false)
+			return hc.Transport.(*sharedTransport).limiter
+		}
+		require.Nil(t, limiterOf(NoRateLimit), "%T with NoRateLimit", tc.target)
+		require.Equal(t, tc.def == 0, limiterOf(0) == nil, "%T with the zero Rate has its default", tc.target)
+	}
 }

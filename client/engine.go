@@ -394,6 +394,12 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		if v.warn != "" {
 			c.warnOnce(v.warn, "status", a.status, "endpoint", redactURL(a.url))
 		}
+		if cls == classCreated && s.durable && cmp.Or(v.id, s.fallback) == "" {
+			// A success that names none of the identifier this step must
+			// yield (a body cut short) settles nothing: ambiguous, for
+			// this deposit alone.
+			cls, v.problem = classAmbiguous, cmp.Or(v.problem, "the answer names no identifier")
+		}
 		switch cls {
 		case classCreated:
 			// The note to search again is durable before the confirmation:

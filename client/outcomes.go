@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -151,17 +153,19 @@ func (o *outcomes) record(group []*ending) {
 			now = append(now, e)
 		}
 		firsts := map[string]map[string]string{}
-		failed := map[string]error{}
+		failed := map[dedup.Ref]error{}
 		for target, items := range byTarget {
-			f, err := o.store.ConfirmMany(ctx, target, items)
-			if err != nil && !errors.Is(err, dedup.ErrConflict) {
-				failed[target] = err
+			f, err := o.confirm(ctx, target, items, failed)
+			if err != nil {
+				for k := range items {
+					failed[dedup.Ref{Target: target, Key: k}] = err
+				}
 				continue
 			}
 			firsts[target] = f
 		}
 		for _, e := range now {
-			if err := failed[e.ref.Target]; err != nil {
+			if err := failed[e.ref]; err != nil {
 				e.recorded("", err)
 				continue
 			}
@@ -171,12 +175,41 @@ func (o *outcomes) record(group []*ending) {
 	}
 }
 
+// confirm writes items with one ConfirmMany. The store refuses the whole
+// group for one confirmation it cannot take (one without an identifier):
+// then each is written alone, and only the ones refused are added to
+// failed, each with its error.
+func (o *outcomes) confirm(ctx context.Context, target string, items map[string]dedup.Confirmation, failed map[dedup.Ref]error) (map[string]string, error) {
+	f, err := o.store.ConfirmMany(ctx, target, items)
+	switch {
+	case err == nil || errors.Is(err, dedup.ErrConflict):
+		return f, nil
+	case !errors.Is(err, dedup.ErrInvalidArgument) || len(items) == 1:
+		return nil, err
+	}
+	firsts := map[string]string{}
+	for k, c := range items {
+		f, err := o.store.ConfirmMany(ctx, target, map[string]dedup.Confirmation{k: c})
+		if err != nil && !errors.Is(err, dedup.ErrConflict) {
+			failed[dedup.Ref{Target: target, Key: k}] = err
+			continue
+		}
+		maps.Copy(firsts, f)
+	}
+	return firsts, nil
+}
+
 // recorded settles e with the store's answer: the identifier that stays
 // when the key was done already with another (else ""), or the error that
 // kept the outcome from being written.
 func (e *ending) recorded(first string, err error) {
 	c := e.c
 	switch {
+	case errors.Is(err, dedup.ErrInvalidArgument):
+		// A confirmation the store cannot take (no identifier) settles
+		// nothing: the row stays pending, for the next run to look for.
+		e.err = fmt.Errorf("%w: %w", ErrUnresolved, err)
+		e.res.Outcome = OutcomeUnresolved
 	case err != nil:
 		e.err = c.storeError(err)
 		e.res.Outcome = OutcomeOf(e.err)

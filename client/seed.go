@@ -349,6 +349,7 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 		f, err := x.runCheck(ctx, s.check, prior, false)
 		r.res.Requests += x.requests
 		r.res.Retries += x.retries
+		r.res.Rechecks += x.requests
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/jsonpointer"
@@ -55,6 +56,16 @@ type transportWrapper interface {
 // limit), used when Config.Rate is 0.
 type rateSetter interface {
 	defaultRate() float64
+}
+
+// requestPacer is a driver that holds some of its requests to a rate of
+// their own (InvenioRDM's searches). pacer returns, once per client, what
+// picks a request's own limiter (nil: none). Its wait comes before the
+// request takes a batch's slot or starts its attempt timeout: a request
+// waiting for its rate holds nothing other requests need, and has not
+// begun.
+type requestPacer interface {
+	pacer() func(*http.Request) *backoff.Limiter
 }
 
 // guardsConditional reports the headers every target reserves: a caller's

@@ -165,15 +165,18 @@ func (t Invenio) driver() (driver, error) {
 }
 
 // The store targets: the published deposit, its draft, its files, and the
-// drafts to look for again.
-func (d invenioDriver) publishTarget() string { return protocol.Invenio + " " + d.endpoint }
-func (d invenioDriver) draftTarget() string   { return protocol.Invenio + "-draft " + d.endpoint }
-func (d invenioDriver) fileTarget() string    { return protocol.Invenio + "-file " + d.endpoint }
-func (d invenioDriver) recheckTarget() string { return protocol.Invenio + "-recheck " + d.endpoint }
+// drafts to look for again, each named by targetName so that a token in
+// the endpoint's query is not stored.
+func (d invenioDriver) publishTarget() string { return targetName(protocol.Invenio, d.endpoint) }
+func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
+func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
+func (d invenioDriver) recheckTarget() string {
+	return targetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
+}
 
 // scanTarget names the scan of the user's records (dedup's scan tables),
 // one per endpoint whatever the steps.
-func (d invenioDriver) scanTarget() string { return protocol.Invenio + "-scan " + d.endpoint }
+func (d invenioDriver) scanTarget() string { return targetName(protocol.Invenio+"-scan", d.endpoint) }
 
 // name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
@@ -198,7 +201,18 @@ func (d invenioDriver) defaultRate() float64      { return InvenioRate }
 func (d invenioDriver) wantsFileMD5() bool        { return true }
 
 func (d invenioDriver) wrapTransport(next http.RoundTripper) http.RoundTripper {
-	return &invenioTransport{next: next, search: backoff.NewLimiter(max(d.searchRate, 0))}
+	return &invenioTransport{next: next}
+}
+
+// pacer holds searches to SearchRate, on a budget of their own.
+func (d invenioDriver) pacer() func(*http.Request) *backoff.Limiter {
+	search := backoff.NewLimiter(max(d.searchRate, 0))
+	return func(req *http.Request) *backoff.Limiter {
+		if strings.HasSuffix(req.URL.Path, "/user/records") {
+			return search
+		}
+		return nil
+	}
 }
 
 // url is {endpoint}/{path}, the endpoint's query kept.
@@ -760,23 +774,14 @@ func acceptJSON() http.Header {
 	return h
 }
 
-// invenioTransport holds searches to their own rate and turns Zenodo's
-// X-RateLimit-Reset (Unix seconds) on a 429 into the Retry-After the retry
-// policy honours (capped like any wait).
+// invenioTransport turns Zenodo's X-RateLimit-Reset (Unix seconds) on a
+// 429 into the Retry-After the retry policy honours (capped like any
+// wait).
 type invenioTransport struct {
-	next   http.RoundTripper
-	search *backoff.Limiter
+	next http.RoundTripper
 }
 
 func (t *invenioTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.URL.Path, "/user/records") {
-		if err := t.search.Wait(req.Context()); err != nil {
-			if req.Body != nil {
-				req.Body.Close()
-			}
-			return nil, err
-		}
-	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
 		return resp, err

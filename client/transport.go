@@ -42,6 +42,9 @@ func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*h
 		rate = r.defaultRate()
 	}
 	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0)), timeout: timeout}
+	if p, ok := d.(requestPacer); ok {
+		t.own = p.pacer()
+	}
 	if adaptive {
 		t.pace = backoff.NewAdaptiveLimiter(max(rate, 0))
 	}
@@ -61,8 +64,9 @@ func copyOrDefault(base *http.Client) *http.Client {
 	return &http.Client{Transport: t, Timeout: defaultAttemptTimeout}
 }
 
-// sharedTransport is the transport every deposit of a client shares. In a
-// batch it takes one of the batch's request slots (requestSlots) for each
+// sharedTransport is the transport every deposit of a client shares. It
+// first waits for the request's own rate where the target has one (see
+// requestPacer); in a batch it then takes one of the batch's request slots (requestSlots) for each
 // request; it waits for the rate limiter (nil: unlimited) before each
 // request, then gives the attempt timeout (0: none) to send it and read
 // its answer; and it deliberately has no CloseIdleConnections:
@@ -75,6 +79,7 @@ type sharedTransport struct {
 	limiter *backoff.Limiter
 	pace    *backoff.AdaptiveLimiter
 	timeout time.Duration
+	own     func(*http.Request) *backoff.Limiter // nil: no request has a rate of its own
 }
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -84,6 +89,11 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Body.Close()
 		}
 		return nil, notSentError{err}
+	}
+	if t.own != nil {
+		if err := t.own(req).Wait(req.Context()); err != nil {
+			return notSent(err)
+		}
 	}
 	release := func() {}
 	if slots != nil {

@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -114,4 +116,55 @@ func TestWaitingForTheRateIsNotPartOfAnAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 12, sum.Created)
 	require.Equal(t, int64(sum.Requests), arrived.Load(), "an attempt timed out while it waited for its turn")
+}
+
+// answerAll is a transport that answers every request 200 at once. It
+// stands in for a server inside a synctest bubble, where no real network
+// runs; it emulates nothing of a repository.
+type answerAll struct{}
+
+func (answerAll) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(`{"hits":{"hits":[]}}`)),
+		Header: http.Header{}, Request: req}, nil
+}
+
+// An InvenioRDM search waits for its rate before it takes a request slot
+// and before its attempt timeout starts: a write behind it is sent at once,
+// and the search, once its turn comes (100 s later, at 0.01 searches a
+// second), is sent and answered rather than failing on a 1 s timeout.
+func TestASearchWaitsForItsRateHoldingNoSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := Invenio{Endpoint: "http://repo.example/api", SearchRate: 0.01}.driver()
+		require.NoError(t, err)
+		hc, _ := newHTTPClient(&http.Client{Transport: answerAll{}, Timeout: time.Second}, d, NoRateLimit, false)
+		slots := &requestSlots{ch: make(chan struct{}, 1), drain: make(chan struct{})}
+		ctx := context.WithValue(t.Context(), slotsKey{}, slots)
+		send := func(method, url string) error {
+			req, err := http.NewRequestWithContext(ctx, method, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			return resp.Body.Close()
+		}
+		const search = "http://repo.example/api/user/records?q=x"
+		require.NoError(t, send(http.MethodGet, search), "the first search has its turn at once")
+
+		start := time.Now()
+		searched := make(chan error, 1)
+		var searchedAfter time.Duration
+		go func() {
+			err := send(http.MethodGet, search)
+			searchedAfter = time.Since(start)
+			searched <- err
+		}()
+		synctest.Wait() // the second search waits for its turn
+		require.NoError(t, send(http.MethodPost, "http://repo.example/api/records"))
+		require.Zero(t, time.Since(start), "the write waited behind the search")
+		require.NoError(t, <-searched, "the search failed while it waited for its turn")
+		require.Equal(t, 100*time.Second, searchedAfter)
+	})
 }

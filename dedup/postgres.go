@@ -371,6 +371,11 @@ func (d *pgdb) migrate(ctx context.Context) error {
 		return fmt.Errorf("dedup: store %s: %w", d.name, err)
 	}
 	for _, m := range ms[found.version:] {
+		if renamesTargets(m) {
+			if err := fillRenamedTargetsPostgres(ctx, tx); err != nil {
+				return fmt.Errorf("dedup: store %s: migration %s: %w", d.name, m.name, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, m.sql); err != nil {
 			return fmt.Errorf("dedup: store %s: migration %s: %w", d.name, m.name, err)
 		}

@@ -309,7 +309,13 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	default:
 		from = version
 	}
+	renamed := 0
 	for _, m := range ms[from:] {
+		if renamesTargets(m) {
+			if renamed, err = fillRenamedTargetsSQLite(ctx, tx); err != nil {
+				return fmt.Errorf("dedup: store %s: migration %s: %w", s.path, m.name, err)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			return fmt.Errorf("dedup: store %s: migration %s: %w", s.path, m.name, err)
 		}
@@ -327,6 +333,13 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("dedup: store %s: create schema: %w", s.path, err)
+	}
+	if renamed > 0 {
+		// The renamed rows' old pages may still be in the WAL: copy it
+		// into the file and empty it. Best effort: a reader in another
+		// process can keep it from finishing, and a later checkpoint
+		// overwrites those frames.
+		_, _ = s.wdb.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
 	}
 	return nil
 }

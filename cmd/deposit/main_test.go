@@ -73,7 +73,7 @@ func summaryOf(t *testing.T, stdout string) summaryJSON {
 	t.Helper()
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), "stdout: %q", stdout)
-	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "elapsed_ms"}
+	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "rechecks", "elapsed_ms"}
 	require.ElementsMatch(t, want, slices.Collect(mapsKeys(raw)))
 	var s summaryJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
@@ -237,8 +237,8 @@ func TestRunWritesResultsAndStatusListsRows(t *testing.T) {
 	var sum map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
 	require.Equal(t, map[string]any{
-		"total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1),
-		"targets": []any{map[string]any{"target": "put " + srv.URL, "total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1)}},
+		"total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1), "recheck": float64(0),
+		"targets": []any{map[string]any{"target": "put " + srv.URL, "total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1), "recheck": float64(0)}},
 	}, sum)
 
 	r = deposit(t, nil, "status", "--db", db)

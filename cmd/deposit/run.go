@@ -36,7 +36,7 @@ type runOptions struct {
 	idPointer     string
 	maxAttempts   int
 	maxElapsed    time.Duration
-	rate          float64
+	rate          rateFlag
 	retryFailed   bool
 	lease         time.Duration
 	adaptiveRate  bool
@@ -53,6 +53,38 @@ type runOptions struct {
 	searchRate    float64
 	input         string // FILE, or "-" for stdin
 
+}
+
+// rateFlag is --rate: requests per second, and whether the flag was given,
+// since an explicit 0 means no limit where an absent --rate leaves the
+// target's default.
+type rateFlag struct {
+	v   float64
+	set bool
+}
+
+func (r *rateFlag) String() string {
+	if r == nil || !r.set {
+		return ""
+	}
+	return strconv.FormatFloat(r.v, 'g', -1, 64)
+}
+
+func (r *rateFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("want a number of requests per second, such as 2.5")
+	}
+	r.v, r.set = v, true
+	return nil
+}
+
+// clientRate is the Config.Rate of the flag.
+func (r rateFlag) clientRate() float64 {
+	if r.set && r.v == 0 {
+		return client.NoRateLimit
+	}
+	return r.v
 }
 
 const runAbout = `Deposits each line of FILE (JSON Lines; "-" reads stdin) exactly once.
@@ -86,10 +118,12 @@ Credentials are never printed.
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
 "unresolved","recovered","unread","skipped","leases_lost","requests","retries",
-"elapsed_ms"}. "total" is the sum of the six outcomes, over the lines read;
-"unread" counts the non-blank lines a run that stopped early never read,
-"skipped" those left to other shards (--shard); "leases_lost" counts items
-stopped because another process took their key over (they are unresolved).
+"rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over the
+lines read; "unread" counts the non-blank lines a run that stopped early never
+read, "skipped" those left to other shards (--shard); "leases_lost" counts items
+stopped because another process took their key over (they are unresolved);
+"rechecks" counts the requests (among "requests") that looked again for
+records created after a search found nothing (invenio), replays' included.
 
 Fleets: processes sharing one --db (a SQLite file on one machine, or a
 postgres:// URL) split the work by key without further setup: each key is
@@ -121,7 +155,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
-	fs.Float64Var(&o.rate, "rate", 0, "requests per second, fractions allowed (2.5); 0 means unlimited")
+	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", client.DataCiteRate, client.InvenioRate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
 	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see docs/design.md)")
@@ -150,7 +184,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-attempts must be at least 1")
 	case o.maxElapsed <= 0:
 		return c.usageError(s, "--max-elapsed must be positive")
-	case o.rate < 0 || o.searchRate < 0:
+	case o.rate.v < 0 || o.searchRate < 0:
 		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.lease < 100*time.Millisecond:
 		return c.usageError(s, "--lease must be at least 100ms")
@@ -184,6 +218,7 @@ type summaryJSON struct {
 	LeasesLost int   `json:"leases_lost"`
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
+	Rechecks   int   `json:"rechecks"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
 }
 
@@ -280,7 +315,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Form:        form,
 		Ignore:      o.ignore,
 		Retry:       backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed}, // the rest from client.DefaultRetry
-		Rate:        o.rate,
+		Rate:        o.rate.clientRate(),
 		RetryFailed: o.retryFailed,
 		Lease:       o.lease,
 		StaticRate:  !o.adaptiveRate,
@@ -377,7 +412,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
-			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
@@ -638,6 +673,9 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	}
 	if sum.Total == 0 && sum.Skipped == 0 && t.unread == 0 {
 		fmt.Fprintf(w, "  nothing to deposit: %s holds no line (blank lines are skipped)\n", inputName(o.input))
+	}
+	if sum.Rechecks > 0 {
+		fmt.Fprintf(w, "  %s looked again for records created after a search found nothing (a duplicate the search index hid is reported as failed)\n", plural(sum.Rechecks, "request"))
 	}
 	if sum.Skipped > 0 {
 		fmt.Fprintf(w, "  %s skipped: left to other shards (--shard %s)\n", plural(sum.Skipped, "line"), o.shardSpec)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -45,4 +46,29 @@ func TestTheSummaryOffersRetryFailedOnlyWhereItHelps(t *testing.T) {
 			require.Equal(t, tt.want, advice)
 		})
 	}
+}
+
+// --rate 0 is no limit under every target; only a --rate left out gives the
+// target its default (2.5 requests/s under datacite, 1.5 under invenio).
+func TestAnExplicitRateZeroSetsNoLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want float64
+	}{
+		{"no --rate leaves the target's default", nil, 0},
+		{"--rate 0 sets no limit", []string{"--rate", "0"}, client.NoRateLimit},
+		{"--rate=0.0 sets no limit", []string{"--rate=0.0"}, client.NoRateLimit},
+		{"--rate 2.5 is 2.5", []string{"--rate", "2.5"}, 2.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r rateFlag
+			fs := flag.NewFlagSet("run", flag.ContinueOnError)
+			fs.Var(&r, "rate", "")
+			require.NoError(t, fs.Parse(tc.args))
+			require.Equal(t, tc.want, r.clientRate())
+		})
+	}
+	var r rateFlag
+	require.ErrorContains(t, r.Set("fast"), "want a number")
 }

@@ -11,17 +11,23 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/credential"
+	"github.com/depositkit/deposit/internal/protocol"
 )
 
 const statusAbout = `Shows what the store remembers: counts by state (per target and in total) and
 every failure with its reason. A target is a protocol plus an endpoint.
 States: done (confirmed by the server), failed (refused for good), pending
 (a request was started and its outcome is unknown: run the batch again).
+Rows of an invenio-recheck target are notes, not deposits: each is a record
+created after a search for it found nothing, counted "to search again" (not
+pending) until the next run of the batch searches for it once more.
 Status only reads the store: it never creates, upgrades or changes it.`
 
 const statusNotes = `Output:
-  --json           one object: {"total","pending","done","failed","targets":[
-                   {"target","total","pending","done","failed"},...]}
+  --json           one object: {"total","pending","done","failed","recheck",
+                   "targets":[{"target","total","pending","done","failed",
+                   "recheck"},...]}; "recheck" counts the notes to search
+                   again, which "pending" leaves out
   --list           every row, grouped by target, in key order
   --list --json    JSON Lines, one row each: {"target","key","state","outcome",
                    "identifier","status","error","attempts"}; empty values omitted
@@ -50,11 +56,17 @@ type countsJSON struct {
 	Pending int    `json:"pending"`
 	Done    int    `json:"done"`
 	Failed  int    `json:"failed"`
+	Recheck int    `json:"recheck"` // a recheck target's pending notes
 }
 
-func (c *countsJSON) add(n dedup.Counts) {
+// add adds the counts of target to c.
+func (c *countsJSON) add(target string, n dedup.Counts) {
 	c.Total += n.Pending + n.Done + n.Failed
-	c.Pending += n.Pending
+	if protocol.IsRecheck(target) {
+		c.Recheck += n.Pending
+	} else {
+		c.Pending += n.Pending
+	}
 	c.Done += n.Done
 	c.Failed += n.Failed
 }
@@ -168,9 +180,9 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 	targets := make([]*countsJSON, 0, len(counts))
 	for _, c := range counts {
 		t := &countsJSON{Target: credential.Digest(c.Target)}
-		t.add(c.Counts)
+		t.add(c.Target, c.Counts)
 		targets = append(targets, t)
-		total.add(c.Counts)
+		total.add(c.Target, c.Counts)
 	}
 	if asJSON {
 		obj := struct {
@@ -184,8 +196,12 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 		fmt.Fprintf(w, "%s\n", b)
 		return nil
 	}
-	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending\n", showDB(db), plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending)
+	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending%s\n", showDB(db), plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending, toSearchAgain(total.Recheck))
 	for _, t := range targets {
+		if protocol.IsRecheck(t.Target) {
+			fmt.Fprintf(w, "  %s: %d done, %d failed%s\n", redact(t.Target), t.Done, t.Failed, toSearchAgain(t.Recheck))
+			continue
+		}
 		fmt.Fprintf(w, "  %s: %d done, %d failed, %d pending\n", redact(t.Target), t.Done, t.Failed, t.Pending)
 	}
 	if total.Failed > 0 {
@@ -200,5 +216,16 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 	if total.Pending > 0 {
 		fmt.Fprintf(w, "\n%d pending: a run was interrupted before the server's answer arrived; run the batch again to settle them\n", total.Pending)
 	}
+	if total.Recheck > 0 {
+		fmt.Fprintf(w, "\n%d to search again: records created after a search for them found nothing; the next run of the batch searches for each once more and reports a duplicate the search index hid\n", total.Recheck)
+	}
 	return nil
+}
+
+// toSearchAgain is ", N to search again", or "" for none.
+func toSearchAgain(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d to search again", n)
 }

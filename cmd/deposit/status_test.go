@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -97,8 +98,8 @@ func TestStatusReadsAStoreAWriterHasOpen(t *testing.T) {
 		require.Equal(t, before, snap(t, db), "status %q changed the store file", args)
 	}
 	r := deposit(t, nil, "status", "--db", db, "--json")
-	require.JSONEq(t, `{"total":5,"pending":1,"done":3,"failed":1,"targets":[
-		{"target":"`+statusTarget+`","total":5,"pending":1,"done":3,"failed":1}]}`, r.stdout)
+	require.JSONEq(t, `{"total":5,"pending":1,"done":3,"failed":1,"recheck":0,"targets":[
+		{"target":"`+statusTarget+`","total":5,"pending":1,"done":3,"failed":1,"recheck":0}]}`, r.stdout)
 }
 
 // A writer killed with rows only in its log leaves a -wal file that the next
@@ -139,7 +140,7 @@ func TestStatusOfAnEmptyFileCreatesNoStore(t *testing.T) {
 
 	r := deposit(t, nil, "status", "--db", db, "--json")
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.JSONEq(t, `{"total":0,"pending":0,"done":0,"failed":0,"targets":[]}`, r.stdout)
+	require.JSONEq(t, `{"total":0,"pending":0,"done":0,"failed":0,"recheck":0,"targets":[]}`, r.stdout)
 	require.Equal(t, before, snap(t, db), "the file is still empty and alone")
 }
 
@@ -229,4 +230,59 @@ func TestAQueryTokenAppearsInNoOutput(t *testing.T) {
 	r = deposit(t, nil, "status", "--db", db, "--list", "--json")
 	require.Contains(t, r.stdout, `"target":"put http://127.0.0.1:1/recs?token=redacted-sha256-`)
 	require.Contains(t, r.stdout, `"identifier":"http://127.0.0.1:1/recs/k1"`)
+}
+
+// A record created after a search for it found nothing leaves a note to
+// search again: status counts it apart from pending deposits (so waiting
+// for "pending": 0 ends), and the replay that searches again says so in
+// its summary and in --json.
+func TestRecheckNotesAreNamedApartFromPendingDeposits(t *testing.T) {
+	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{Token: "tok3n", Faults: "nth=1:500"})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	env := map[string]string{"DEPOSIT_AUTHORIZATION": "tok3n"}
+	dir := t.TempDir()
+	input := writeFile(t, dir, "records.jsonl",
+		`{"metadata":{"title":"Survey","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}}}`)
+	db := filepath.Join(dir, "a.db")
+	args := []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--settle", "1ms", "--rate", "0", "--search-rate", "1000",
+		"--db", db, "--json", input}
+
+	r := deposit(t, env, args...)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, 1, summaryOf(t, r.stdout).Created)
+	require.Equal(t, int64(1), srv.Stats().Drafts, "the 500 came before the draft was made")
+
+	st := deposit(t, nil, "status", "--db", db, "--json")
+	require.Equal(t, exitDone, st.code, st.stderr)
+	var counts struct {
+		Pending, Recheck int
+		Targets          []struct {
+			Target           string
+			Pending, Recheck int
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &counts))
+	require.Equal(t, 0, counts.Pending, st.stdout)
+	require.Equal(t, 1, counts.Recheck, st.stdout)
+	for _, tc := range counts.Targets {
+		require.Zero(t, tc.Pending, tc.Target)
+	}
+	st = deposit(t, nil, "status", "--db", db)
+	require.Contains(t, st.stdout, "0 pending, 1 to search again")
+	require.NotContains(t, st.stdout, "interrupted")
+
+	before := srv.Stats().Requests
+	r = deposit(t, env, args...)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	sum := summaryOf(t, r.stdout)
+	require.Equal(t, 1, sum.Replayed)
+	require.Equal(t, 1, sum.Requests)
+	require.Equal(t, 1, sum.Rechecks, "the replay names its search")
+	require.Equal(t, int64(1), srv.Stats().Requests-before)
+	require.Contains(t, r.stderr, "1 request looked again for records created after a search found nothing")
+
+	st = deposit(t, nil, "status", "--db", db, "--json")
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &counts))
+	require.Equal(t, 0, counts.Recheck, "the search settled the note")
 }

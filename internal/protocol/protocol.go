@@ -4,7 +4,10 @@
 // it is there to test.
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // The protocol names, as the command line's --protocol takes them and as
 // the store's target names begin.
@@ -17,6 +20,18 @@ const (
 	DataCite       = "datacite"
 	Invenio        = "invenio"
 )
+
+// RecheckSuffix ends the protocol part of a store target whose rows are
+// notes, not deposits: "invenio-recheck <endpoint>" notes each record
+// created after a search for it had found nothing, which the next run
+// searches for again. Such a row is pending until then.
+const RecheckSuffix = "-recheck"
+
+// IsRecheck reports whether the store target names such notes.
+func IsRecheck(target string) bool {
+	proto, _, _ := strings.Cut(target, " ")
+	return strings.HasSuffix(proto, RecheckSuffix)
+}
 
 // Names returns every protocol name, in the order help texts give them.
 func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio} }
