@@ -153,6 +153,9 @@ func (d putDriver) secretFingerprint() string { return "" }
 func (d putDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	if err := checkDocument(k.Body); err != nil {
+		return nil, err
+	}
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
@@ -276,6 +279,9 @@ func (d idempotencyKeyDriver) secretFingerprint() string { return secretFingerpr
 func (d idempotencyKeyDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	if err := checkDocument(k.Body); err != nil {
+		return nil, err
+	}
 	record := credential.Strip(recordURL(d.endpoint, k.Key))
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
@@ -340,6 +346,43 @@ func classifyCommon(a answer) class {
 // versions gave it.
 func targetName(proto, endpoint string) string {
 	return proto + " " + credential.Digest(endpoint)
+}
+
+// checkDocument refuses a payload that is a bare JSON string, number,
+// true, false or null: a document store would keep it as a document of its
+// own, which no batch of records means. An object or an array is a
+// document. The targets whose payload is a record (CouchDB, DataCite,
+// InvenioRDM) refuse arrays too, each in its own check.
+func checkDocument(body []byte) error {
+	if kind := jsonKind(body); kind != "an object" && kind != "an array" {
+		return fmt.Errorf("the payload is %s, not a document: want a JSON object or array", kind)
+	}
+	return nil
+}
+
+// jsonKind names the kind of the JSON value in canonical bytes, which begin
+// with the value's first byte: "an object", "an array", "a string", "a
+// number", "true", "false" or "null" ("nothing" for no bytes).
+func jsonKind(body []byte) string {
+	if len(body) == 0 {
+		return "nothing"
+	}
+	switch c := body[0]; {
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case c == '"':
+		return "a string"
+	case c == 't':
+		return "true"
+	case c == 'f':
+		return "false"
+	case c == 'n':
+		return "null"
+	default:
+		return "a number"
+	}
 }
 
 // recordURL is {endpoint}/{name}, the endpoint's query kept after the name.

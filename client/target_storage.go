@@ -70,6 +70,9 @@ func (d webdavDriver) secretFingerprint() string { return "" }
 func (d webdavDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d webdavDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+	if err := checkDocument(k.Body); err != nil {
+		return nil, err
+	}
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
@@ -144,6 +147,9 @@ func (d s3Driver) objectURL(name string) string {
 // steps is one PutObject of the payload, or for a dataset one per file and
 // then the document, under {key}.json.
 func (d s3Driver) steps(k canonical.Keyed, dir string) ([]step, error) {
+	if err := checkDocument(k.Body); err != nil {
+		return nil, err
+	}
 	var steps []step
 	name := k.Key
 	if dir != "" {
@@ -347,9 +353,12 @@ func (d couchdbDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
 // which CouchDB reserves (_id, _rev, _attachments change what a PUT means;
 // others are refused).
 func checkCouchDocument(body []byte) error {
+	if kind := jsonKind(body); kind != "an object" {
+		return fmt.Errorf("couchdb: a document must be a JSON object, not %s", kind)
+	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return errors.New("couchdb: a document must be a JSON object")
+		return fmt.Errorf("couchdb: %w", err)
 	}
 	for name := range doc {
 		if strings.HasPrefix(name, "_") {

@@ -238,12 +238,13 @@ func TestRunWritesResultsAndStatusListsRows(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum))
 	require.Equal(t, map[string]any{
 		"total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1), "recheck": float64(0),
-		"targets": []any{map[string]any{"target": "put " + srv.URL, "total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1), "recheck": float64(0)}},
+		"steps":   map[string]any{"total": float64(0), "pending": float64(0), "done": float64(0), "failed": float64(0)},
+		"targets": []any{map[string]any{"target": "put " + srv.URL, "kind": "deposit", "total": float64(2), "pending": float64(0), "done": float64(1), "failed": float64(1), "recheck": float64(0)}},
 	}, sum)
 
 	r = deposit(t, nil, "status", "--db", db)
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.Contains(t, r.stdout, "2 records: 1 done, 1 failed, 0 pending")
+	require.Contains(t, r.stdout, "2 deposits: 1 done, 1 failed, 0 pending")
 	require.Contains(t, r.stdout, "status 422")
 
 	r = deposit(t, nil, "status", "--db", db, "--list", "--state", "failed")

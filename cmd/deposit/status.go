@@ -14,21 +14,33 @@ import (
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
-const statusAbout = `Shows what the store remembers: counts by state (per target and in total) and
-every failure with its reason. A target is a protocol plus an endpoint.
+const statusAbout = `Shows what the store remembers: counts of deposits by state (per target and in
+total), the steps of each target's deposits beneath it, and every failure
+with its reason. A target is a protocol plus an endpoint.
 States: done (confirmed by the server), failed (refused for good), pending
 (a request was started and its outcome is unknown: run the batch again).
-Rows of an invenio-recheck target are notes, not deposits: each is a record
-created after a search for it found nothing, counted "to search again" (not
-pending) until the next run of the batch searches for it once more.
+A deposit is one row, one input line: InvenioRDM's published record (its
+draft under run --no-publish), DataCite's DOI, or the stored document.
+Its other steps are rows of their own, shown as steps: an InvenioRDM
+deposit's draft and file rows (three per file: start, upload, commit), a
+DataCite deposit's publish or register event. Rows of the recheck step are
+notes, not deposits: each is a record created after a search for it found
+nothing, counted "to search again" (not pending) until the next run of the
+batch searches for it once more.
 Status only reads the store: it never creates, upgrades or changes it.`
 
 const statusNotes = `Output:
   --json           one object: {"total","pending","done","failed","recheck",
-                   "targets":[{"target","total","pending","done","failed",
-                   "recheck"},...]}; "recheck" counts the notes to search
+                   "steps":{"total","pending","done","failed"},
+                   "targets":[{"target","kind","step","of","total","pending",
+                   "done","failed","recheck"},...]}; the top-level counts are
+                   deposits, "steps" counts the step rows; a target's "kind"
+                   is "deposit" or "step", "step" names the step ("draft",
+                   "file", "recheck", "publish", ...) and "of" is the target
+                   of its deposits; "recheck" counts the notes to search
                    again, which "pending" leaves out
-  --list           every row, grouped by target, in key order
+  --list           every row, deposits and steps, grouped by target, in key
+                   order
   --list --json    JSON Lines, one row each: {"target","key","state","outcome",
                    "identifier","status","error","attempts"}; empty values omitted
 Targets are printed without user info or query strings, except in the JSON
@@ -69,6 +81,82 @@ func (c *countsJSON) add(target string, n dedup.Counts) {
 	}
 	c.Done += n.Done
 	c.Failed += n.Failed
+}
+
+// targetJSON is one target of the `status --json` object: its rows' counts,
+// and whether the rows are deposits or the steps of deposits.
+type targetJSON struct {
+	countsJSON
+	// Kind is "deposit" for a target whose rows are deposits, one each,
+	// "step" for one whose rows are steps of the deposits of Of.
+	Kind string `json:"kind"`
+	// Step names the step the rows are ("draft", "file", "recheck",
+	// "publish"); "" for a deposit's own row unless it is a draft.
+	Step string `json:"step,omitempty"`
+	// Of is the target of the deposits the steps are of, "" if the store
+	// holds none of them.
+	Of string `json:"of,omitempty"`
+}
+
+// stepCounts are the counts of step rows in the `status --json` object.
+type stepCounts struct {
+	Total   int `json:"total"`
+	Pending int `json:"pending"`
+	Done    int `json:"done"`
+	Failed  int `json:"failed"`
+}
+
+// targetGroup is a deposit target and the targets of its steps: one
+// protocol and endpoint (and DataCite prefix).
+type targetGroup struct {
+	deposit *targetJSON   // nil when the store holds steps only
+	name    string        // the deposit target's name, as the store holds it
+	steps   []*targetJSON // in store order
+}
+
+// groupTargets sorts the store's targets into deposits and steps. A deposit
+// is a row under a target's primary step (protocol.Step gives the step ""),
+// and its other steps are rows under the same protocol and endpoint with a
+// step name; InvenioRDM's drafts are the deposits where the store holds no
+// published ones for the endpoint (a batch run with --no-publish).
+func groupTargets(counts []dedup.TargetCounts) []*targetGroup {
+	type groupKey struct{ proto, rest string }
+	byKey := map[groupKey]*targetGroup{}
+	var groups []*targetGroup
+	primary := map[groupKey]bool{}
+	for _, c := range counts {
+		proto, step, rest := protocol.Step(c.Target)
+		if step == "" {
+			primary[groupKey{proto, rest}] = true
+		}
+	}
+	for _, c := range counts {
+		proto, step, rest := protocol.Step(c.Target)
+		k := groupKey{proto, rest}
+		g := byKey[k]
+		if g == nil {
+			g = &targetGroup{}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		t := &targetJSON{countsJSON: countsJSON{Target: credential.Digest(c.Target)}, Step: step}
+		t.add(c.Target, c.Counts)
+		isDeposit := step == "" || (proto == protocol.Invenio && step == protocol.DraftStep && !primary[k])
+		if isDeposit && g.deposit == nil {
+			t.Kind, g.deposit, g.name = "deposit", t, c.Target
+			continue
+		}
+		t.Kind = "step"
+		g.steps = append(g.steps, t)
+	}
+	for _, g := range groups {
+		if g.deposit != nil {
+			for _, s := range g.steps {
+				s.Of = g.deposit.Target
+			}
+		}
+	}
+	return groups
 }
 
 func statusCmd(ctx context.Context, args []string, s streams) int {
@@ -170,25 +258,40 @@ func rowOf(rec dedup.Record) rowJSON {
 	}
 }
 
-// summarize prints counts per target and in total, then the failures.
+// summarize prints counts of deposits per target and in total, each
+// target's steps beneath it, then the failures.
 func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w io.Writer) error {
 	counts, err := store.CountByTarget(ctx)
 	if err != nil {
 		return err
 	}
-	var total countsJSON
-	targets := make([]*countsJSON, 0, len(counts))
-	for _, c := range counts {
-		t := &countsJSON{Target: credential.Digest(c.Target)}
-		t.add(c.Target, c.Counts)
-		targets = append(targets, t)
-		total.add(c.Target, c.Counts)
+	groups := groupTargets(counts)
+	var total countsJSON // deposits, and the notes to search again
+	var steps stepCounts
+	targets := make([]*targetJSON, 0, len(counts))
+	for _, g := range groups {
+		if d := g.deposit; d != nil {
+			targets = append(targets, d)
+			total.Total += d.Total
+			total.Pending += d.Pending
+			total.Done += d.Done
+			total.Failed += d.Failed
+		}
+		for _, s := range g.steps {
+			targets = append(targets, s)
+			steps.Total += s.Total
+			steps.Pending += s.Pending + s.Recheck
+			steps.Done += s.Done
+			steps.Failed += s.Failed
+			total.Recheck += s.Recheck
+		}
 	}
 	if asJSON {
 		obj := struct {
 			countsJSON
-			Targets []*countsJSON `json:"targets"`
-		}{total, targets}
+			Steps   stepCounts    `json:"steps"`
+			Targets []*targetJSON `json:"targets"`
+		}{total, steps, targets}
 		b, err := json.Marshal(obj)
 		if err != nil {
 			return err
@@ -196,15 +299,23 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 		fmt.Fprintf(w, "%s\n", b)
 		return nil
 	}
-	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending%s\n", showDB(db), plural(int(total.Total), "record"), total.Done, total.Failed, total.Pending, toSearchAgain(total.Recheck))
-	for _, t := range targets {
-		if protocol.IsRecheck(t.Target) {
-			fmt.Fprintf(w, "  %s: %d done, %d failed%s\n", redact(t.Target), t.Done, t.Failed, toSearchAgain(t.Recheck))
-			continue
+	fmt.Fprintf(w, "store %s: %s: %d done, %d failed, %d pending%s\n", showDB(db), plural(total.Total, "deposit"), total.Done, total.Failed, total.Pending, toSearchAgain(total.Recheck))
+	for _, g := range groups {
+		if d := g.deposit; d != nil {
+			fmt.Fprintf(w, "  %s: %s: %d done, %d failed, %d pending\n", redact(d.Target), plural(d.Total, "deposit"), d.Done, d.Failed, d.Pending)
+		} else {
+			proto, _, rest := protocol.Step(g.steps[0].Target)
+			fmt.Fprintf(w, "  %s: no deposits, only steps\n", redact(proto+" "+rest))
 		}
-		fmt.Fprintf(w, "  %s: %d done, %d failed, %d pending\n", redact(t.Target), t.Done, t.Failed, t.Pending)
+		for _, s := range g.steps {
+			if protocol.IsRecheck(s.Target) {
+				fmt.Fprintf(w, "    step %s: %d done, %d failed%s\n", s.Step, s.Done, s.Failed, toSearchAgain(s.Recheck))
+				continue
+			}
+			fmt.Fprintf(w, "    step %s: %d done, %d failed, %d pending\n", s.Step, s.Done, s.Failed, s.Pending)
+		}
 	}
-	if total.Failed > 0 {
+	if total.Failed > 0 || steps.Failed > 0 {
 		fmt.Fprintf(w, "\nfailures (refused by the server; re-sent only with run --retry-failed):\n")
 		for rec, err := range store.List(ctx, "", dedup.StateFailed) {
 			if err != nil {
@@ -214,7 +325,7 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 		}
 	}
 	if total.Pending > 0 {
-		fmt.Fprintf(w, "\n%d pending: a run was interrupted before the server's answer arrived; run the batch again to settle them\n", total.Pending)
+		fmt.Fprintf(w, "\n%s: a run was interrupted before the server's answer arrived; run the batch again to settle them\n", plural(total.Pending, "pending deposit"))
 	}
 	if total.Recheck > 0 {
 		fmt.Fprintf(w, "\n%d to search again: records created after a search for them found nothing; the next run of the batch searches for each once more and reports a duplicate the search index hid\n", total.Recheck)

@@ -79,7 +79,7 @@ func TestStatusLeavesAClosedStoreAsItWas(t *testing.T) {
 		require.Equal(t, before, snap(t, db), "status %q changed the store or created files beside it", args)
 	}
 	r := deposit(t, nil, "status", "--db", db)
-	require.Contains(t, r.stdout, "5 records: 3 done, 1 failed, 1 pending")
+	require.Contains(t, r.stdout, "5 deposits: 3 done, 1 failed, 1 pending")
 	require.Contains(t, r.stdout, "f1: status 422: title is required")
 }
 
@@ -98,8 +98,9 @@ func TestStatusReadsAStoreAWriterHasOpen(t *testing.T) {
 		require.Equal(t, before, snap(t, db), "status %q changed the store file", args)
 	}
 	r := deposit(t, nil, "status", "--db", db, "--json")
-	require.JSONEq(t, `{"total":5,"pending":1,"done":3,"failed":1,"recheck":0,"targets":[
-		{"target":"`+statusTarget+`","total":5,"pending":1,"done":3,"failed":1,"recheck":0}]}`, r.stdout)
+	require.JSONEq(t, `{"total":5,"pending":1,"done":3,"failed":1,"recheck":0,
+		"steps":{"total":0,"pending":0,"done":0,"failed":0},"targets":[
+		{"target":"`+statusTarget+`","kind":"deposit","total":5,"pending":1,"done":3,"failed":1,"recheck":0}]}`, r.stdout)
 }
 
 // A writer killed with rows only in its log leaves a -wal file that the next
@@ -126,7 +127,7 @@ func TestStatusDoesNotCheckpointALogACrashLeft(t *testing.T) {
 
 	r := deposit(t, nil, "status", "--db", db)
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.Contains(t, r.stdout, "5 records: 3 done, 1 failed, 1 pending")
+	require.Contains(t, r.stdout, "5 deposits: 3 done, 1 failed, 1 pending")
 	require.Equal(t, before, snap(t, db), "the store file is unchanged")
 	after, err := os.ReadFile(db + "-wal")
 	require.NoError(t, err)
@@ -140,7 +141,8 @@ func TestStatusOfAnEmptyFileCreatesNoStore(t *testing.T) {
 
 	r := deposit(t, nil, "status", "--db", db, "--json")
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.JSONEq(t, `{"total":0,"pending":0,"done":0,"failed":0,"recheck":0,"targets":[]}`, r.stdout)
+	require.JSONEq(t, `{"total":0,"pending":0,"done":0,"failed":0,"recheck":0,
+		"steps":{"total":0,"pending":0,"done":0,"failed":0},"targets":[]}`, r.stdout)
 	require.Equal(t, before, snap(t, db), "the file is still empty and alone")
 }
 

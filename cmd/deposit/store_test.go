@@ -54,7 +54,7 @@ func TestRunAndStatusOnPostgres(t *testing.T) {
 	r = deposit(t, nil, "status", "--db", db)
 	outputs = append(outputs, r)
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.Contains(t, r.stdout, "30 records: 30 done, 0 failed, 0 pending")
+	require.Contains(t, r.stdout, "30 deposits: 30 done, 0 failed, 0 pending")
 	require.Contains(t, r.stdout, "deposit:xxxxx@")
 	r = deposit(t, nil, "status", "--db", db, "--list", "--json")
 	outputs = append(outputs, r)

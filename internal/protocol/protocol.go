@@ -33,6 +33,33 @@ func IsRecheck(target string) bool {
 	return strings.HasSuffix(proto, RecheckSuffix)
 }
 
+// DraftStep names the step that makes an InvenioRDM draft: the store target
+// "invenio-draft <endpoint>" holds a step of each published deposit, or the
+// deposits themselves where the batch stops at drafts (no publish row for
+// the endpoint).
+const DraftStep = "draft"
+
+// Step splits the protocol part of a store target into the protocol and the
+// step it names. A deposit's own target gives the step "": "invenio
+// <endpoint>" is ("invenio", ""); the target of one of its other steps is
+// named protocol-step: "invenio-file <endpoint>" is ("invenio", "file"),
+// "datacite-publish <endpoint> <prefix>" is ("datacite", "publish"). The
+// rest of the name (endpoint, and prefix for DataCite) is the same for a
+// deposit and its steps, and is returned as rest. A target whose protocol
+// part is no known protocol gives that part as proto and the step "".
+func Step(target string) (proto, step, rest string) {
+	head, rest, _ := strings.Cut(target, " ")
+	for _, n := range Names() {
+		if head == n {
+			return n, "", rest
+		}
+		if s, ok := strings.CutPrefix(head, n+"-"); ok {
+			return n, s, rest
+		}
+	}
+	return head, "", rest
+}
+
 // Names returns every protocol name, in the order help texts give them.
 func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio} }
 
