@@ -11,6 +11,7 @@
 package sqlitefile
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -173,6 +174,11 @@ func Identify(path string, own uint32) (File, error) {
 	case !info.Mode().IsRegular():
 		return File{}, fmt.Errorf("%w: it is not a regular file", ErrNotDatabase)
 	case info.Size() == 0:
+		return File{Exists: true}, nil
+	case interruptedCreate(path):
+		// What a create killed before its first commit leaves: rolling the
+		// journal back, as SQLite does on the next write access, empties
+		// the file. A read-only open refuses such a file (SQLITE_READONLY_ROLLBACK).
 		return File{Exists: true}, nil
 	}
 
@@ -414,4 +420,26 @@ func URI(path, query string) string {
 		p = "/" + p // a Windows volume: file:/C:/...
 	}
 	return "file:" + (&url.URL{Path: p}).EscapedPath() + "?" + query
+}
+
+// journalMagic starts the header of a rollback journal that is in use.
+var journalMagic = []byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7}
+
+// interruptedCreate reports whether path has a rollback journal beside it
+// whose header says the database was empty (0 pages) before the
+// transaction it journals: the file was being created when its writer
+// died (or is being created now). The journal header holds the initial
+// database size in pages at byte 16 (https://www.sqlite.org/fileformat.html,
+// "The Rollback Journal").
+func interruptedCreate(path string) bool {
+	f, err := os.Open(path + "-journal")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [28]byte
+	if _, err := io.ReadFull(f, b[:]); err != nil {
+		return false
+	}
+	return bytes.Equal(b[:8], journalMagic) && binary.BigEndian.Uint32(b[16:20]) == 0
 }

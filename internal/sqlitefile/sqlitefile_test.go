@@ -313,3 +313,62 @@ func TestURI(t *testing.T) {
 		})
 	}
 }
+
+// A create killed before its first commit leaves the database file partly
+// written and a hot rollback journal that says the file was empty before.
+// Identify calls it blank, untouched; SQLite's next write access rolls the
+// journal back to an empty file. A read-only open refused it, so a store
+// whose first run was killed at its start was "not a deposit store" for
+// every later run.
+func TestAFileWhoseCreateWasInterruptedIsBlank(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.db")
+	db, err := sql.Open("sqlite", URI(live, "_pragma=journal_mode(DELETE)&_pragma=cache_size(10)"))
+	require.NoError(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	defer tx.Rollback()
+	_, err = tx.Exec("CREATE TABLE records (k TEXT PRIMARY KEY, v BLOB)")
+	require.NoError(t, err)
+	_, err = tx.Exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 500) INSERT INTO records SELECT i, randomblob(2000) FROM n")
+	require.NoError(t, err)
+
+	// The transaction has spilled pages into the file, its journal beside
+	// it: copy both as a kill at this moment would leave them.
+	killed := filepath.Join(dir, "killed.db")
+	for _, suffix := range []string{"", "-journal"} {
+		b, err := os.ReadFile(live + suffix)
+		require.NoError(t, err, "the transaction spilled into the file and wrote its journal")
+		require.NotEmpty(t, b)
+		require.NoError(t, os.WriteFile(killed+suffix, b, 0o600))
+	}
+	require.NoError(t, tx.Rollback())
+	before := sums(t, killed, killed+"-journal")
+
+	f, err := Identify(killed, own)
+	require.NoError(t, err)
+	require.True(t, f.Blank(), "an interrupted create is blank: %+v", f)
+	require.Equal(t, before, sums(t, killed, killed+"-journal"), "identified without a write")
+
+	// The next write access rolls the journal back: nothing was committed.
+	var tables int
+	rw, err := sql.Open("sqlite", URI(killed, ""))
+	require.NoError(t, err)
+	defer rw.Close()
+	require.NoError(t, rw.QueryRow("SELECT count(*) FROM sqlite_master").Scan(&tables))
+	require.Zero(t, tables)
+}
+
+// sums is the SHA-256 of each file's bytes.
+func sums(t *testing.T, paths ...string) [][32]byte {
+	t.Helper()
+	var out [][32]byte
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		out = append(out, sha256.Sum256(b))
+	}
+	return out
+}
