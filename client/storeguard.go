@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/depositkit/deposit/dedup"
@@ -78,6 +79,12 @@ type storeGuard struct {
 	budget time.Duration // <= 0: no call is made again
 	leases *leaseKeeper
 
+	// down is set once a call gave up, until one succeeds: meanwhile a
+	// call that fails as the store is still down gives up at once, so a
+	// run the outage stopped ends without waiting it out again for each
+	// call in flight.
+	down atomic.Bool
+
 	mu   sync.Mutex
 	intr chan struct{} // closed when a watched batch is interrupted
 }
@@ -144,6 +151,9 @@ func (g *storeGuard) call(ctx context.Context, op string, write bool, f func(con
 		cancel()
 		switch {
 		case err == nil:
+			if g.down.Load() {
+				g.down.Store(false)
+			}
 			return nil
 		case ctx.Err() != nil:
 			return err
@@ -159,11 +169,13 @@ func (g *storeGuard) call(ctx context.Context, op string, write bool, f func(con
 			first = time.Now()
 		}
 		waited := time.Since(first)
-		if waited >= g.budget {
+		if waited >= g.budget || g.down.Load() {
+			g.down.Store(true)
 			return &outageError{op: op, waited: waited, inDoubt: inDoubt, last: err}
 		}
 		wait := min(outageFirstWait<<min(n, 10), outageMaxWait, g.budget-waited)
-		wait = wait/2 + rand.N(wait/2+1)
+		// Jittered, and never so short that the budget is not spent.
+		wait = max(wait/2+rand.N(wait/2+1), time.Millisecond)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
