@@ -22,7 +22,9 @@ func (e sqliteCoded) Error() string { return fmt.Sprintf("sqlite code %d", int(e
 func (e sqliteCoded) Code() int     { return int(e) }
 
 func TestIsTransientTellsAnOutageFromARefusal(t *testing.T) {
-	pg := func(code string) error { return fmt.Errorf("dedup: claim 3 keys: %w", &pgconn.PgError{Severity: "FATAL", Code: code}) }
+	pg := func(code string) error {
+		return fmt.Errorf("dedup: claim 3 keys: %w", &pgconn.PgError{Severity: "FATAL", Code: code})
+	}
 	for _, tc := range []struct {
 		name string
 		err  error
