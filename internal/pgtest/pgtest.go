@@ -504,18 +504,35 @@ func (s *Server) Restart(tb testing.TB) {
 
 // Freeze stops every process of s with SIGSTOP: connections stay open and
 // nothing answers, as on a server that hangs; no server-side timeout can
-// fire. The returned thaw resumes them (SIGCONT); it may be called more
-// than once, and the test's cleanup thaws s too.
+// fire. PostgreSQL's children leave the postmaster's process group, so
+// the postmaster is stopped first (it forks no more) and then each of its
+// children. The returned thaw resumes them (SIGCONT); it may be called
+// more than once, and the test's cleanup thaws s too.
 func (s *Server) Freeze(tb testing.TB) (thaw func()) {
 	tb.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	pgid := -s.srv.cmd.Process.Pid
-	if err := syscall.Kill(pgid, syscall.SIGSTOP); err != nil {
+	pid := s.srv.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		tb.Fatalf("pgtest: freeze: %v", err)
 	}
+	kids, err := children(pid)
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		tb.Fatalf("pgtest: freeze: %v", err)
+	}
+	for _, kid := range kids {
+		_ = syscall.Kill(kid, syscall.SIGSTOP)
+	}
 	var once sync.Once
-	thaw = func() { once.Do(func() { _ = syscall.Kill(pgid, syscall.SIGCONT) }) }
+	thaw = func() {
+		once.Do(func() {
+			for _, kid := range kids {
+				_ = syscall.Kill(kid, syscall.SIGCONT)
+			}
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		})
+	}
 	tb.Cleanup(thaw)
 	return thaw
 }
