@@ -190,6 +190,8 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	// interrupted batch records what is in flight; drain stops retries.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	// Store calls waiting out an outage give up once ctx ends.
+	defer c.guard.watch(ctx)()
 	st := &batchStop{drain: make(chan struct{}), grace: grace, cancel: cancelWork}
 	// Requests in flight are bounded in the transport, so that waiting for a
 	// retry takes no slot.

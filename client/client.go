@@ -71,6 +71,15 @@ type Config struct {
 	// meanwhile, and takes it over once a lease expires (its owner died).
 	// Default DefaultLease.
 	Lease time.Duration
+	// StoreOutage is how long store calls are made again through an
+	// outage of the store (a restart, a broken connection, a call past
+	// its deadline: what dedup.IsTransient says may clear by itself),
+	// with capped backoff, before the run stops with an error wrapping
+	// ErrStoreUnavailable. Each call has a deadline: the time left on the
+	// leases this client holds, less a tenth of the lease, at most a
+	// third of the lease (and 30 s). Zero means half the Lease; negative
+	// means a call is never made again.
+	StoreOutage time.Duration
 
 	// HTTPClient sends the requests. Nil means a keep-alive client with a
 	// 30 s timeout per attempt. Its Transport is wrapped, never modified;
@@ -214,7 +223,8 @@ type Result struct {
 type Client struct {
 	target      driver
 	keyer       *canonical.Keyer
-	store       Store
+	store       Store // the caller's, through guard
+	guard       *storeGuard
 	policy      backoff.Policy
 	budget      *backoff.Budget
 	ownBudget   bool // budget is the default one, which Run may enlarge
@@ -270,17 +280,20 @@ func New(cfg Config) (*Client, error) {
 	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
 		keyer = keyer.WithFileMD5()
 	}
+	guard := newStoreGuard(cfg.StoreOutage)
+	store := &guarded{s: cfg.Store, g: guard}
 	c := &Client{
 		target:      drv,
 		keyer:       keyer,
-		store:       cfg.Store,
+		store:       store,
+		guard:       guard,
 		policy:      retryPolicy(cfg.Retry),
 		budget:      cfg.Budget,
 		header:      cfg.Header.Clone(),
 		log:         cfg.Logger,
 		hooks:       cfg.Hooks,
 		retryFailed: cfg.RetryFailed,
-		lookups:     lookups{store: cfg.Store},
+		lookups:     lookups{store: store},
 	}
 	if c.budget == nil {
 		c.budget, c.ownBudget = backoff.NewBudget(0), true
@@ -294,8 +307,15 @@ func New(cfg Config) (*Client, error) {
 	case cfg.Lease < 10*time.Millisecond:
 		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
 	}
-	c.leases = newLeaseKeeper(cfg.Store, cfg.Lease, c.log)
-	if m, ok := cfg.Store.(manyClaimer); ok {
+	switch {
+	case cfg.StoreOutage == 0:
+		guard.budget = cfg.Lease / 2
+	case cfg.StoreOutage < 0:
+		guard.budget = 0
+	}
+	c.leases = newLeaseKeeper(store, cfg.Lease, c.log)
+	guard.leases = c.leases
+	if m, ok := storeAs[manyClaimer](store); ok {
 		c.claims = newClaims(m, c.leases.lease)
 	}
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)

@@ -589,7 +589,14 @@ func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) 
 		ErrTerminal, herr)
 }
 
+// storeError is a store call's error as the deposit's: it stops the run,
+// unless the deposit's own context ended the call (its lease was lost, or
+// the batch's grace ran out), which leaves the item unresolved alone.
 func (c *Client) storeError(err error) error {
+	var outage *outageError
+	if !errors.As(err, &outage) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("%w: store: %w", ErrUnresolved, err)
+	}
 	return fmt.Errorf("%w: store: %w", ErrStopRun, err)
 }
 

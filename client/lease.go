@@ -48,6 +48,10 @@ type leaseKeeper struct {
 	running bool
 
 	lost atomic.Int64 // leases lost while their deposits ran
+	// renewedAt is when the last renewal that succeeded was sent (or the
+	// keeper started), in Unix nanoseconds: every held lease lasts until
+	// at least a lease after it.
+	renewedAt atomic.Int64
 }
 
 func newLeaseKeeper(store Store, ttl time.Duration, log *slog.Logger) *leaseKeeper {
@@ -78,6 +82,7 @@ func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context,
 	k.held[ref] = h
 	if !k.running {
 		k.running = true
+		k.renewedAt.Store(time.Now().UnixNano())
 		go k.renew()
 	}
 	k.mu.Unlock()
@@ -91,6 +96,18 @@ func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context,
 	}
 }
 
+// left returns the time left on the leases held, by this machine's clock,
+// and whether any is held.
+func (k *leaseKeeper) left() (time.Duration, bool) {
+	k.mu.Lock()
+	held := len(k.held) > 0
+	k.mu.Unlock()
+	if !held {
+		return 0, false
+	}
+	return time.Until(time.Unix(0, k.renewedAt.Load()).Add(k.lease.TTL)), true
+}
+
 // renew renews every held lease each interval until none is held. A lease
 // the store says is no longer ours ends its deposit; when renewals fail for
 // half the lease, every deposit is ended, since another process may take
@@ -98,7 +115,6 @@ func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context,
 func (k *leaseKeeper) renew() {
 	tick := time.NewTicker(k.every)
 	defer tick.Stop()
-	lastRenewed := time.Now()
 	for range tick.C {
 		k.mu.Lock()
 		if len(k.held) == 0 {
@@ -113,18 +129,19 @@ func (k *leaseKeeper) renew() {
 		refs := slices.Collect(maps.Keys(renewed))
 		k.mu.Unlock()
 
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), k.lease.TTL/2)
 		lost, err := k.store.Renew(ctx, k.lease, refs)
 		cancel()
 		if err != nil {
-			if time.Since(lastRenewed) < k.lease.TTL/2 {
+			if time.Since(time.Unix(0, k.renewedAt.Load())) < k.lease.TTL/2 {
 				k.log.Warn("could not renew leases; trying again", "error", err)
 				continue
 			}
 			k.log.Error("could not renew leases for half their duration: stopping the deposits that hold them", "error", err)
 			lost = refs
 		} else {
-			lastRenewed = time.Now()
+			k.renewedAt.Store(sent.UnixNano())
 		}
 		k.mu.Lock()
 		for _, r := range lost {

@@ -76,7 +76,7 @@ type ending struct {
 }
 
 func newOutcomes(store Store) *outcomes {
-	m, ok := store.(manyConfirmer)
+	m, ok := storeAs[manyConfirmer](store)
 	if !ok {
 		return nil
 	}

@@ -284,7 +284,7 @@ func (a *lookAhead) ask(job int, target, key string, full bool) {
 // one failed.
 func (a *lookAhead) look() bool {
 	c := a.c
-	done, _ := c.store.(doneLooker)
+	done, _ := storeAs[doneLooker](c.store)
 	for i := range a.queries {
 		q := &a.queries[i]
 		q.first = len(a.recs)

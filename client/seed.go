@@ -118,7 +118,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	case !isNotFound(err):
 		return c.storeError(err)
 	}
-	ss, ok := c.store.(scanStore)
+	ss, ok := storeAs[scanStore](c.store)
 	if !ok {
 		c.warnOnce("the store cannot keep a scan of the server, so a lost store is not recovered from it; a re-run after losing it may create duplicates")
 		return nil

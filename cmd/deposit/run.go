@@ -39,6 +39,7 @@ type runOptions struct {
 	rate          rateFlag
 	retryFailed   bool
 	lease         time.Duration
+	storeOutage   time.Duration
 	adaptiveRate  bool
 	shardSpec     string
 	shard         client.Shard
@@ -157,6 +158,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
 	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", client.DataCiteRate, client.InvenioRate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
+	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
 	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see docs/design.md)")
 	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
@@ -188,6 +190,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.lease < 100*time.Millisecond:
 		return c.usageError(s, "--lease must be at least 100ms")
+	case o.storeOutage < 0:
+		return c.usageError(s, "--store-outage must not be negative")
 	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
 		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
 	}
@@ -318,6 +322,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Rate:        o.rate.clientRate(),
 		RetryFailed: o.retryFailed,
 		Lease:       o.lease,
+		StoreOutage: o.storeOutage,
 		StaticRate:  !o.adaptiveRate,
 		Header:      header,
 		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
@@ -394,6 +399,11 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
+	case errors.Is(runErr, client.ErrStoreUnavailable):
+		// Nothing the store had not confirmed was sent: safe to run again.
+		fmt.Fprintf(s.stderr, "deposit run: stopped: the store %s is unavailable: %s; once it answers again, run the same command again (safe)\n",
+			showDB(o.db), oneLine(runErr))
+		code = exitUnresolved
 	case runErr != nil:
 		fmt.Fprintf(s.stderr, "deposit run: stopped: %s\n", explainStop(runErr, proto, o.endpoint))
 		code = exitStop

@@ -198,6 +198,8 @@ type server struct {
 	cmd      *exec.Cmd
 	done     chan struct{} // closed when postgres has exited
 	waitErr  error         // set before done is closed
+	bin      string
+	cred     *syscall.Credential
 }
 
 // start creates a cluster and starts its server on a free port.
@@ -214,14 +216,14 @@ func start() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{dir: dir, password: randomHex(16)}
+	s := &server{dir: dir, password: randomHex(16), bin: bin, cred: cred}
 	if err := s.initdb(bin, cred); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	var lastErr error
 	for range startAttempts {
-		if lastErr = s.run(bin, cred); lastErr == nil {
+		if lastErr = s.run(0); lastErr == nil {
 			return s, nil
 		}
 		if !errors.Is(lastErr, errExitedEarly) {
@@ -270,14 +272,18 @@ func chownAll(dir string, uid, gid int) error {
 // often because another process took its port: the start is retried.
 var errExitedEarly = errors.New("exited early")
 
-// run starts postgres on a free port and waits until it accepts a login.
-func (s *server) run(bin string, cred *syscall.Credential) error {
-	port, err := freePort()
-	if err != nil {
-		return err
+// run starts postgres on port (a free one if 0) and waits until it accepts
+// a login.
+func (s *server) run(port int) error {
+	bin, cred := s.bin, s.cred
+	var err error
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	logPath := filepath.Join(s.dir, "postgres.log")
-	logFile, err := os.Create(logPath)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -372,20 +378,28 @@ func (s *server) stop() error {
 	case <-s.done:
 		err = fmt.Errorf("postgres had exited during the tests (%v); log: %s", s.waitErr, s.logTail())
 	default:
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		timer := time.NewTimer(stopGrace)
-		select {
-		case <-s.done:
-			timer.Stop()
-		case <-timer.C:
-			s.kill()
-			err = fmt.Errorf("postgres did not stop within %s; killed", stopGrace)
-		}
+		err = s.shutdown()
 	}
 	if rmErr := os.RemoveAll(s.dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
 	return err
+}
+
+// shutdown stops the server "fast" (open sessions are ended with SQLSTATE
+// 57P01) and waits for it, killing it after stopGrace.
+func (s *server) shutdown() error {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGCONT) // a frozen server cannot stop
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	timer := time.NewTimer(stopGrace)
+	defer timer.Stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-timer.C:
+		s.kill()
+		return fmt.Errorf("postgres did not stop within %s; killed", stopGrace)
+	}
 }
 
 // kill ends the server's process group at once and waits for it.
@@ -423,4 +437,102 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Server is a PostgreSQL server of one test's own, for a test that
+// restarts or freezes it (the server URL returns is shared by every test
+// of the binary). Its methods are safe for concurrent use by multiple
+// goroutines.
+type Server struct {
+	mu  sync.Mutex
+	srv *server
+	seq int
+}
+
+// Start starts a server of the test's own, on a free port, in a cluster of
+// its own; the test's cleanup stops it and removes the cluster. It skips
+// (or fails) the test as URL does when PostgreSQL is not installed.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	srv, err := start()
+	check(tb, err)
+	s := &Server{srv: srv}
+	tb.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := s.srv.stop(); err != nil {
+			tb.Errorf("pgtest: %v", err)
+		}
+	})
+	return s
+}
+
+// URL returns the URL of a new, empty database on s.
+func (s *Server) URL(tb testing.TB) string {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	name := fmt.Sprintf("test_%d", s.seq)
+	if err := s.srv.createDatabase(name); err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return s.srv.url(name)
+}
+
+// Restart stops s "fast", as an administrator's restart does (every open
+// session ends with SQLSTATE 57P01, and logins meanwhile are refused), and
+// starts it again on the same port, returning once it accepts a login.
+func (s *Server) Restart(tb testing.TB) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.srv.shutdown(); err != nil {
+		tb.Fatalf("pgtest: restart: %v", err)
+	}
+	var err error
+	for range startAttempts {
+		if err = s.srv.run(s.srv.port); err == nil {
+			return
+		}
+		if !errors.Is(err, errExitedEarly) {
+			break
+		}
+	}
+	tb.Fatalf("pgtest: restart on port %d: %v", s.srv.port, err)
+}
+
+// Freeze stops every process of s with SIGSTOP: connections stay open and
+// nothing answers, as on a server that hangs; no server-side timeout can
+// fire. PostgreSQL's children leave the postmaster's process group, so
+// the postmaster is stopped first (it forks no more) and then each of its
+// children. The returned thaw resumes them (SIGCONT); it may be called
+// more than once, and the test's cleanup thaws s too.
+func (s *Server) Freeze(tb testing.TB) (thaw func()) {
+	tb.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pid := s.srv.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		tb.Fatalf("pgtest: freeze: %v", err)
+	}
+	kids, err := children(pid)
+	if err != nil {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		tb.Fatalf("pgtest: freeze: %v", err)
+	}
+	for _, kid := range kids {
+		_ = syscall.Kill(kid, syscall.SIGSTOP)
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			for _, kid := range kids {
+				_ = syscall.Kill(kid, syscall.SIGCONT)
+			}
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		})
+	}
+	tb.Cleanup(thaw)
+	return thaw
 }
