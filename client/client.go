@@ -105,6 +105,22 @@ type Hooks struct {
 	OnRequest func(RequestEvent)
 	// OnRetry is called before the client waits to retry a request.
 	OnRetry func(RetryEvent)
+	// OnLeaseWait is called when a deposit starts waiting for a key whose
+	// lease another process holds (a run still going, or one killed before
+	// it released its leases), and again when it stops waiting.
+	OnLeaseWait func(LeaseWaitEvent)
+}
+
+// LeaseWaitEvent is a deposit starting or ending a wait for another
+// process's lease on its key.
+type LeaseWaitEvent struct {
+	Key string
+	// Until is when the lease ends unless its holder renews it (the
+	// store's clock): the latest the key is taken over if the holder died.
+	Until time.Time
+	// Done: the wait is over (the holder settled the key, or its lease
+	// ended and this deposit claimed it, or the batch stopped).
+	Done bool
 }
 
 // RequestEvent describes one HTTP request and its answer.

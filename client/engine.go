@@ -82,6 +82,12 @@ type runDeposit struct {
 // the key's lease: it waits (holding no request slot) and looks again, until
 // that process settles the key or its lease expires.
 func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
+	waiting := false
+	defer func() {
+		if waiting && c.hooks.OnLeaseWait != nil {
+			c.hooks.OnLeaseWait(LeaseWaitEvent{Key: k.Key, Done: true})
+		}
+	}()
 	for n := 0; ; n++ {
 		res, end, err := c.runStepsOnce(ctx, k, dir, drain, outs, pre)
 		var leased errLeasedElsewhere
@@ -90,6 +96,10 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		}
 		if n == 0 {
 			c.log.Debug("parked", "key", k.Key, "leased_until", leased.rec.LeaseExpires)
+			waiting = true
+			if c.hooks.OnLeaseWait != nil {
+				c.hooks.OnLeaseWait(LeaseWaitEvent{Key: k.Key, Until: leased.rec.LeaseExpires})
+			}
 		}
 		if perr := c.park(ctx, drain, n, leased.rec.LeaseExpires); perr != nil {
 			return res, nil, fmt.Errorf("%w (%w)", perr, err)

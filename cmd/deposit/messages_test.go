@@ -157,3 +157,33 @@ func TestAnEmptyInputSaysNothingWasRead(t *testing.T) {
 	require.Equal(t, exitDone, r.code, r.stderr)
 	require.Contains(t, r.stderr, "nothing to deposit: "+input+" holds no line")
 }
+
+// A run that meets keys another process leases says why it waits, once,
+// and when the leases end, instead of sitting silent for a lease's length
+// (what a re-run after a kill -9 meets).
+func TestARunSaysItWaitsForAnotherProcesssLeases(t *testing.T) {
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	db := filepath.Join(dir, "x.db")
+	lines := payloads(3)
+	input := filepath.Join(dir, "in.jsonl")
+	require.NoError(t, os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+
+	// A process that claimed the keys and died: its leases run 3 s more.
+	st, err := dedup.Open(db)
+	require.NoError(t, err)
+	for _, line := range lines {
+		body, err := canonical.JCS([]byte(line))
+		require.NoError(t, err)
+		_, err = st.Claim(context.Background(), "put "+srv.URL, canonical.Key(body), body, dedup.Lease{Owner: "a process that died", TTL: 3 * time.Second})
+		require.NoError(t, err)
+	}
+	require.NoError(t, st.Close())
+
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", db, input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stderr, "waiting for keys whose lease another process holds"), r.stderr)
+	require.Contains(t, r.stderr, "each is taken over when its lease ends, by ")
+	require.Contains(t, r.stderr, "(3 recovered from an earlier run or another process)")
+	require.EqualValues(t, 3, srv.Stats().Records)
+}

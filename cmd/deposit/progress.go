@@ -36,6 +36,12 @@ type progress struct {
 
 	requests  atomic.Int64 // HTTP requests sent, counted by a client hook
 	itemsRead atomic.Int64 // items the run has read from the input
+	// waiting counts the deposits waiting for a key another process
+	// leases, waitUntil the latest end of those leases (p.mu), waitSaid
+	// whether the run has said why it waits.
+	waiting   atomic.Int64
+	waitUntil time.Time
+	waitSaid  atomic.Bool
 
 	mu      sync.Mutex
 	sum     client.Summary
@@ -124,6 +130,26 @@ func (p *progress) Write(b []byte) (int, error) {
 		p.draw()
 	}
 	return n, err
+}
+
+// leaseWait follows the deposits waiting for another process's lease
+// (client.Hooks.OnLeaseWait). The first wait is said on a line of its own,
+// since a re-run after a kill can otherwise sit silent for a lease's length.
+func (p *progress) leaseWait(e client.LeaseWaitEvent) {
+	if e.Done {
+		p.waiting.Add(-1)
+		return
+	}
+	p.waiting.Add(1)
+	p.mu.Lock()
+	if e.Until.After(p.waitUntil) {
+		p.waitUntil = e.Until
+	}
+	p.mu.Unlock()
+	if !p.waitSaid.Swap(true) {
+		p.logf("waiting for keys whose lease another process holds (a run still going, or one killed before it released them): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
+			e.Until.Local().Format("15:04:05"))
+	}
 }
 
 // logf writes one log line above the bar.
@@ -262,6 +288,9 @@ func (p *progress) countsText(show int) string {
 	fmt.Fprintf(&b, ", %d unresolved", s.Unresolved)
 	if show&partRequests != 0 {
 		fmt.Fprintf(&b, "; %s", plural(int(p.requests.Load()), "request"))
+		if w := int(p.waiting.Load()); w > 0 {
+			fmt.Fprintf(&b, "; %d waiting for another process's lease (until %s)", w, p.waitUntil.Local().Format("15:04:05"))
+		}
 	}
 	return b.String()
 }

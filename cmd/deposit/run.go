@@ -326,7 +326,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		StaticRate:  !o.adaptiveRate,
 		Header:      header,
 		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }},
+		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait},
 	})
 	switch {
 	case errors.Is(err, client.ErrSettingsMismatch):
