@@ -64,6 +64,10 @@ func (e *outageError) Unwrap() []error {
 	return []error{ErrStoreUnavailable, e.last}
 }
 
+// errStoreDown is a store call not made: an earlier call gave up on the
+// store, and another tried it less than a second ago.
+var errStoreDown = errors.New("the store is still down (an earlier call gave up on it)")
+
 // errCallDeadline is a store call cut off by its own deadline: the store
 // did not answer in time. A write so cut off is in doubt.
 var errCallDeadline = errors.New("the store did not answer before the call's deadline")
@@ -84,6 +88,11 @@ type storeGuard struct {
 	// run the outage stopped ends without waiting it out again for each
 	// call in flight.
 	down atomic.Bool
+	// probed is when a call last gave up on the store (unix nanoseconds):
+	// while it is down, one call a second may find out whether it is back;
+	// the others give up without a call, so a stopping run does not wait
+	// a call's deadline per call (a frozen server answers none).
+	probed atomic.Int64
 
 	mu   sync.Mutex
 	intr chan struct{} // closed when a watched batch is interrupted
@@ -140,6 +149,12 @@ func (g *storeGuard) call(ctx context.Context, op string, write bool, f func(con
 		inDoubt bool
 		intr    = g.interrupted()
 	)
+	if g.down.Load() {
+		now, last := time.Now().UnixNano(), g.probed.Load()
+		if now-last < int64(outageMaxWait) || !g.probed.CompareAndSwap(last, now) {
+			return &outageError{op: op, last: errStoreDown}
+		}
+	}
 	for n := 0; ; n++ {
 		d := g.deadline()
 		if !first.IsZero() {
@@ -171,6 +186,9 @@ func (g *storeGuard) call(ctx context.Context, op string, write bool, f func(con
 		waited := time.Since(first)
 		if waited >= g.budget || g.down.Load() {
 			g.down.Store(true)
+			// The next try is a second after this one gave up, however long
+			// its deadline kept it.
+			g.probed.Store(time.Now().UnixNano())
 			return &outageError{op: op, waited: waited, inDoubt: inDoubt, last: err}
 		}
 		wait := min(outageFirstWait<<min(n, 10), outageMaxWait, g.budget-waited)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -85,14 +86,38 @@ func TestAStoreOutagePastTheBudgetStopsTheRunWithTheWriteInDoubt(t *testing.T) {
 		require.LessOrEqual(t, waited, 15*time.Second+outageMaxWait)
 		require.Greater(t, store.calls.Load(), int32(5), "backoff is capped: calls go on through the outage")
 
-		// Once a call gave up, the next that meets the outage gives up at
-		// once: a stopped run does not wait it out again per call.
+		// Once a call gave up, the next gives up at once, without a call:
+		// a stopped run does not wait the outage out again per call.
 		before := store.calls.Load()
 		start = time.Now()
 		_, err = s.Begin(t.Context(), "t", "k2", nil)
 		require.ErrorIs(t, err, ErrStoreUnavailable)
-		require.Equal(t, before+1, store.calls.Load())
+		require.Equal(t, before, store.calls.Load(), "no call within a second of the last give-up")
 		require.Zero(t, time.Since(start))
+
+		// A second later, one call tries whether the store is back.
+		time.Sleep(outageMaxWait)
+		_, err = s.Begin(t.Context(), "t", "k4", nil)
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		require.Equal(t, before+1, store.calls.Load(), "a second later, one call tries the store again")
+	})
+}
+
+// A store frozen outright answers no call: once a call gave up on it,
+// the calls a stopping run still makes (a release per deposit) end at
+// once instead of each waiting out its deadline.
+func TestCallsAfterAFrozenStoreWasGivenUpEndAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &outageStore{failures: -1, frozen: true}
+		s := guardedOver(store, 4*time.Second, 2*time.Second)
+		_, err := s.Begin(t.Context(), "t", "k", nil)
+		require.ErrorIs(t, err, ErrStoreUnavailable)
+		start := time.Now()
+		for i := range 256 {
+			_, err := s.Begin(t.Context(), "t", fmt.Sprint("k", i), nil)
+			require.ErrorIs(t, err, ErrStoreUnavailable)
+		}
+		require.Less(t, time.Since(start), 2*time.Second, "256 calls wait at most one deadline, not one each")
 	})
 }
 
