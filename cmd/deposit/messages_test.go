@@ -120,15 +120,7 @@ func TestRecoveredItemsAreNamedAFewAtATime(t *testing.T) {
 
 	// Twelve intents of a process that died: pending rows whose lease
 	// has ended (1 ms, long past by the time the run claims them).
-	st, err := dedup.Open(db)
-	require.NoError(t, err)
-	for _, line := range lines {
-		body, err := canonical.JCS([]byte(line))
-		require.NoError(t, err)
-		_, err = st.Claim(context.Background(), "put "+srv.URL, canonical.Key(body), body, dedup.Lease{Owner: "a process that died", TTL: time.Millisecond})
-		require.NoError(t, err)
-	}
-	require.NoError(t, st.Close())
+	claimAsADeadProcess(t, db, "put "+srv.URL, lines, time.Millisecond)
 
 	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", db, "--results", filepath.Join(dir, "results.jsonl"), input)
 	require.Equal(t, exitDone, r.code, r.stderr)
@@ -170,15 +162,7 @@ func TestARunSaysItWaitsForAnotherProcesssLeases(t *testing.T) {
 	require.NoError(t, os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
 
 	// A process that claimed the keys and died: its leases run 3 s more.
-	st, err := dedup.Open(db)
-	require.NoError(t, err)
-	for _, line := range lines {
-		body, err := canonical.JCS([]byte(line))
-		require.NoError(t, err)
-		_, err = st.Claim(context.Background(), "put "+srv.URL, canonical.Key(body), body, dedup.Lease{Owner: "a process that died", TTL: 3 * time.Second})
-		require.NoError(t, err)
-	}
-	require.NoError(t, st.Close())
+	claimAsADeadProcess(t, db, "put "+srv.URL, lines, 3*time.Second)
 
 	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", db, input)
 	require.Equal(t, exitDone, r.code, r.stderr)
@@ -186,4 +170,20 @@ func TestARunSaysItWaitsForAnotherProcesssLeases(t *testing.T) {
 	require.Contains(t, r.stderr, "each is taken over when its lease ends, by ")
 	require.Contains(t, r.stderr, "(3 recovered from an earlier run or another process)")
 	require.EqualValues(t, 3, srv.Stats().Records)
+}
+
+// claimAsADeadProcess leaves in the store at db what a process that claimed
+// each line's key under target and then died leaves: pending rows whose
+// lease ends ttl from now.
+func claimAsADeadProcess(t *testing.T, db, target string, lines []string, ttl time.Duration) {
+	t.Helper()
+	st, err := dedup.Open(db)
+	require.NoError(t, err)
+	defer st.Close()
+	for _, line := range lines {
+		body, err := canonical.JCS([]byte(line))
+		require.NoError(t, err)
+		_, err = st.Claim(context.Background(), target, canonical.Key(body), body, dedup.Lease{Owner: "a process that died", TTL: ttl})
+		require.NoError(t, err)
+	}
 }
