@@ -142,7 +142,7 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		if j.k == nil {
 			continue
 		}
-		steps, err := c.target.steps(*j.k, "")
+		steps, err := c.stepsOf(*j.k, "")
 		if err != nil || !claimsFirst(steps) || !steps[0].arbitrated {
 			continue
 		}

@@ -115,7 +115,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 // is returned as errLeasedElsewhere, before anything is sent.
 func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (_ Result, _ *ending, err error) {
 	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs}
-	steps, err := c.target.steps(k, dir)
+	steps, err := c.stepsOf(k, dir)
 	if err != nil {
 		return r.res, r.end, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

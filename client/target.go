@@ -153,9 +153,6 @@ func (d putDriver) secretFingerprint() string { return "" }
 func (d putDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	if err := checkDocument(k.Body); err != nil {
-		return nil, err
-	}
 	url := recordURL(d.endpoint, k.Key)
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
@@ -279,9 +276,6 @@ func (d idempotencyKeyDriver) secretFingerprint() string { return secretFingerpr
 func (d idempotencyKeyDriver) guards(name string) bool   { return guardsConditional(name) }
 
 func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	if err := checkDocument(k.Body); err != nil {
-		return nil, err
-	}
 	record := credential.Strip(recordURL(d.endpoint, k.Key))
 	return []step{{
 		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
@@ -348,9 +342,23 @@ func targetName(proto, endpoint string) string {
 	return proto + " " + credential.Digest(endpoint)
 }
 
+// stepsOf is the target's steps for k. A payload that is not a document
+// is refused for every target: by the target's own check where it has a
+// stricter one (a record), else here.
+func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
+	steps, err := c.target.steps(k, dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDocument(k.Body); err != nil {
+		return nil, err
+	}
+	return steps, nil
+}
+
 // checkDocument refuses a payload that is a bare JSON string, number,
-// true, false or null: a document store would keep it as a document of its
-// own, which no batch of records means. An object or an array is a
+// true, false or null: a target would keep it as a document or record of
+// its own, which no batch of records means. An object or an array is a
 // document. The targets whose payload is a record (CouchDB, DataCite,
 // InvenioRDM) refuse arrays too, each in its own check.
 func checkDocument(body []byte) error {
