@@ -116,7 +116,9 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (_ Result, _ *ending, err error) {
 	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs}
 	steps, err := c.stepsOf(k, dir)
-	if err != nil {
+	if errors.Is(err, ErrStopRun) {
+		return r.res, r.end, err
+	} else if err != nil {
 		return r.res, r.end, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if len(steps) > 0 {

@@ -1,6 +1,8 @@
 package client
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -168,4 +170,71 @@ type finding struct {
 	cls class
 	// herr is the answer as an error, filled in by the engine.
 	herr *HTTPError
+}
+
+// checkSteps refuses a list of steps the engine could not guard as its
+// target means. Each rule names a mistake that would otherwise pass
+// silently: the engine would guard something other than what the target
+// declared. It runs before a deposit's first request, so a target's mistake
+// is that deposit's error and nothing is sent.
+func checkSteps(steps []step) error {
+	if len(steps) == 0 {
+		return errors.New("steps: none: a deposit sends at least one request")
+	}
+	primary := -1
+	for i := range steps {
+		s := &steps[i]
+		if err := checkStep(i, s); err != nil {
+			return err
+		}
+		if s.primary {
+			if primary >= 0 {
+				return fmt.Errorf("steps: %s and %s are both primary: exactly one step's row is the deposit's intent and its identifier the deposit's", stepName(primary, &steps[primary]), stepName(i, s))
+			}
+			primary = i
+		}
+		for j := range i {
+			if o := &steps[j]; s.durable && o.durable && s.target == o.target && s.key == o.key {
+				return fmt.Errorf("steps: %s and %s share one store row (%s, %s): each durable step is guarded by a row of its own", stepName(j, o), stepName(i, s), s.target, s.key)
+			}
+		}
+	}
+	if primary < 0 {
+		return errors.New("steps: no primary step: exactly one step's row is the deposit's intent and its identifier the deposit's")
+	}
+	return nil
+}
+
+// checkStep applies the rules that concern one step alone.
+func checkStep(i int, s *step) error {
+	name := stepName(i, s)
+	switch {
+	case s.build == nil || s.judge == nil:
+		return fmt.Errorf("steps: %s: a step needs both build and judge", name)
+	case !s.primary && s.label == "":
+		return fmt.Errorf("steps: step %d has no label: every step but the primary one is named in errors", i+1)
+	case s.primary && !s.durable:
+		return fmt.Errorf("steps: %s is primary but not durable: the primary step's row is the deposit's intent", name)
+	case s.durable && (s.target == "" || s.key == ""):
+		return fmt.Errorf("steps: %s is durable without a store row (target and key)", name)
+	case s.keepBody && !s.primary:
+		return fmt.Errorf("steps: %s keeps its body but is not primary: only the primary step's first body is kept, by the deposit's claim", name)
+	case !s.durable && !s.arbitrated:
+		return fmt.Errorf("steps: %s is neither durable nor arbitrated: with no row, nothing would record that it may have been sent, and the server would not refuse a second effect", name)
+	case s.durable && !s.arbitrated && s.check == nil:
+		return fmt.Errorf("steps: %s is not arbitrated and has no check: after an ambiguous answer nothing could tell whether it took effect", name)
+	case s.recheck != "" && (s.check == nil || s.arbitrated):
+		return fmt.Errorf("steps: %s has a recheck row but no check, or is arbitrated: a recheck looks again for what a check missed", name)
+	case s.recordID && !s.durable:
+		return fmt.Errorf("steps: %s names the record id but is not durable: a replay could not answer it from the store", name)
+	}
+	return nil
+}
+
+// stepName names step i of a list in checkSteps' errors.
+func stepName(i int, s *step) string {
+	if s.label == "" {
+		return fmt.Sprintf("step %d (the record)", i+1)
+	}
+	return fmt.Sprintf("step %d (%s)", i+1, s.label)
 }

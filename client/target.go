@@ -350,6 +350,11 @@ func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSteps(steps); err != nil {
+		// The target's own mistake, the same for every item: not this
+		// payload's fault.
+		return nil, fmt.Errorf("%w: the target's steps break the contract: %w", ErrStopRun, err)
+	}
 	if err := checkDocument(k.Body); err != nil {
 		return nil, err
 	}

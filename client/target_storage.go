@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
@@ -184,7 +185,7 @@ func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
 	url := d.objectURL(key + "/" + f.Path)
 	file := filepath.Join(dir, filepath.FromSlash(f.Path))
 	return step{
-		arbitrated: true,
+		label: "file " + strconv.Quote(f.Path), arbitrated: true,
 		build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("If-None-Match", "*")

@@ -1,0 +1,137 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/internal/protocol"
+)
+
+// validSteps is a two-step deposit that keeps every rule: a draft the
+// server does not arbitrate (checked), then the primary publish.
+func validSteps() []step {
+	build := func([]string) (request, error) {
+		return request{method: http.MethodPost, url: "http://127.0.0.1/x"}, nil
+	}
+	judge := func(answer) verdict { return verdict{class: classCreated} }
+	found := &check{build: build, judge: func(answer) finding { return finding{kind: findingAbsent} }}
+	return []step{
+		{label: "draft", target: "t-draft", key: "k", durable: true, recordID: true, check: found, recheck: "t-recheck", build: build, judge: judge},
+		{target: "t", key: "k", primary: true, durable: true, arbitrated: true, keepBody: true, build: build, judge: judge},
+	}
+}
+
+func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
+	require.NoError(t, checkSteps(validSteps()))
+	tests := []struct {
+		name   string
+		mutate func([]step) []step
+		rule   string
+	}{
+		{"no steps", func([]step) []step { return nil }, "none"},
+		{"no primary", func(s []step) []step { s[1].primary, s[1].keepBody = false, false; s[1].label = "publish"; return s }, "no primary step"},
+		{"two primaries", func(s []step) []step { s[0].primary = true; return s }, "are both primary"},
+		{"a primary that is not durable", func(s []step) []step { s[1].durable = false; return s }, "primary but not durable"},
+		{"keepBody on another step", func(s []step) []step { s[0].keepBody = true; return s }, "keeps its body but is not primary"},
+		{"a step without a label", func(s []step) []step { s[0].label = ""; return s }, "has no label"},
+		{"no build", func(s []step) []step { s[0].build = nil; return s }, "needs both build and judge"},
+		{"no judge", func(s []step) []step { s[1].judge = nil; return s }, "needs both build and judge"},
+		{"durable without a row", func(s []step) []step { s[0].target = ""; return s }, "without a store row"},
+		{"two steps on one row", func(s []step) []step { s[0].target = s[1].target; return s }, "share one store row"},
+		{"neither durable nor arbitrated", func(s []step) []step { s[0].durable, s[0].recordID = false, false; return s }, "neither durable nor arbitrated"},
+		{"unarbitrated without a check", func(s []step) []step { s[0].check, s[0].recheck = nil, ""; return s }, "no check"},
+		{"a recheck without a check", func(s []step) []step { s[1].recheck = "t-recheck"; return s }, "recheck row"},
+		{"a record id not durable", func(s []step) []step { s[0].durable, s[0].arbitrated = false, true; s[0].recheck = ""; return s }, "names the record id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkSteps(tt.mutate(validSteps()))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.rule)
+		})
+	}
+}
+
+// Every built-in target keeps the rules, for a record and, where it takes
+// them, a dataset with files.
+func TestEveryTargetsStepsKeepTheContract(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a.csv", "b.bin"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644))
+	}
+	keyer, err := canonical.NewKeyer(canonical.FormJCS, nil)
+	require.NoError(t, err)
+	record, err := keyer.Key([]byte(`{"metadata":{"title":"x"},"titles":[{"title":"x"}]}`))
+	require.NoError(t, err)
+	dataset, err := keyer.WithFileMD5().DatasetKey(dir, []byte(`{"title":"x"}`), []string{"a.csv", "b.bin"})
+	require.NoError(t, err)
+
+	targets := map[string]Target{
+		"invenio":            Invenio{Endpoint: "http://127.0.0.1/api"},
+		"invenio no publish": Invenio{Endpoint: "http://127.0.0.1/api", NoPublish: true},
+		"datacite event":     DataCite{Endpoint: "http://127.0.0.1", Prefix: "10.5072", Event: "publish"},
+	}
+	for _, proto := range []string{protocol.Put, protocol.IdempotencyKey, protocol.WebDAV, protocol.S3, protocol.CouchDB, protocol.DataCite} {
+		targets[proto] = targetFor(proto, "http://127.0.0.1/x")
+	}
+	takesFiles := map[string]bool{protocol.S3: true, protocol.CouchDB: true, "invenio": true, "invenio no publish": true}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			d, err := target.driver()
+			require.NoError(t, err)
+			steps, err := d.steps(record, "")
+			require.NoError(t, err)
+			require.NoError(t, checkSteps(steps))
+			if !takesFiles[name] {
+				return
+			}
+			steps, err = d.steps(dataset, dir)
+			require.NoError(t, err)
+			require.NoError(t, checkSteps(steps))
+		})
+	}
+}
+
+// brokenTarget declares two primary steps.
+type brokenTarget struct{ endpoint string }
+
+func (t brokenTarget) driver() (driver, error) { return t, nil }
+func (t brokenTarget) name() string            { return "test-broken " + t.endpoint }
+func (brokenTarget) stepTargets() []string     { return nil }
+func (brokenTarget) secretFingerprint() string { return "" }
+func (brokenTarget) guards(name string) bool   { return guardsConditional(name) }
+func (t brokenTarget) steps(k canonical.Keyed, _ string) ([]step, error) {
+	put := step{target: t.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
+		build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), judge: func(answer) verdict { return verdict{class: classCreated} }}
+	second := put
+	second.label, second.target = "again", t.name()+" again"
+	return []step{put, second}, nil
+}
+
+// A target whose steps break the contract stops the run before anything is
+// sent or recorded.
+func TestABrokenStepListStopsTheRunBeforeAnyRequest(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	store := openStore(t)
+	c, err := New(Config{Target: brokenTarget{endpoint: srv.URL}, Store: store, Retry: fastRetry})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), []byte(payload))
+	require.ErrorIs(t, err, ErrStopRun)
+	require.ErrorContains(t, err, "are both primary")
+	require.Zero(t, requests.Load())
+	_, err = store.Lookup(context.Background(), c.StoreTarget(), res.Key)
+	require.True(t, isNotFound(err), "nothing is recorded: %v", err)
+}
