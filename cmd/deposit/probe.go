@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/internal/protocol"
@@ -78,13 +79,11 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	if err != nil {
 		return c.usageError(s, "%v", err)
 	}
-	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" && proto != protocol.S3 {
-		header.Set("Authorization", auth)
+	if !specOf(proto).probes {
+		return c.usageError(s, "--protocol %s has no conditional create to probe: use %s", proto, strings.Join(probed(), ", "))
 	}
-	switch proto {
-	case protocol.Put, protocol.WebDAV, protocol.S3, protocol.CouchDB:
-	default:
-		return c.usageError(s, "--protocol %s has no conditional create to probe: use put, webdav, s3 or couchdb", proto)
+	if err := authorize(proto, header, s.getenv); err != nil {
+		return c.usageError(s, "%v", err)
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint}, s.getenv)
 	if err != nil {

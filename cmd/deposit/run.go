@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,7 +53,8 @@ type runOptions struct {
 	settle        time.Duration
 	searchRate    float64
 	input         string // FILE, or "-" for stdin
-
+	// set names the flags given on the command line.
+	set map[string]bool
 }
 
 // rateFlag is --rate: requests per second, and whether the flag was given,
@@ -175,6 +176,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	if !ok {
 		return code
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	switch {
 	case len(pos) == 0:
 		return c.usageError(s, `no input: give FILE, or "-" for stdin`)
@@ -249,7 +252,10 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if err != nil {
 		return none, c.usageError(s, "--protocol: %v", err)
 	}
-	if o.endpoint == "" && proto != protocol.DataCite { // datacite: the client's test system
+	if flag, owner := foreignFlag(proto, o.set); flag != "" {
+		return none, c.usageError(s, "--%s is a flag of --protocol %s, not of %s", flag, owner, proto)
+	}
+	if o.endpoint == "" && !specOf(proto).endpointOptional {
 		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")
 	}
 	if o.endpoint != "" {
@@ -273,21 +279,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
-	if auth := s.getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" && proto != protocol.S3 {
-		header.Set("Authorization", auth)
-	}
-	if proto == protocol.Invenio {
-		if header.Get("Authorization") == "" {
-			return none, c.usageError(s, "invenio: set DEPOSIT_AUTHORIZATION to your personal access token")
-		}
-		header.Set("Authorization", invenioAuthorization(header.Get("Authorization")))
-	}
-	if proto == protocol.DataCite && header.Get("Authorization") == "" {
-		id, password := s.getenv("DATACITE_REPOSITORY_ID"), s.getenv("DATACITE_PASSWORD")
-		if id == "" || password == "" {
-			return none, c.usageError(s, "datacite: set DATACITE_REPOSITORY_ID and DATACITE_PASSWORD (the repository's credentials)")
-		}
-		header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(id+":"+password)))
+	if err := authorize(proto, header, s.getenv); err != nil {
+		return none, c.usageError(s, "%v", err)
 	}
 	if o.datasets != "" {
 		if fi, err := os.Stat(o.datasets); err != nil || !fi.IsDir() {

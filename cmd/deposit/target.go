@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,28 +26,208 @@ type targetFlags struct {
 	searchRate float64
 }
 
+// targetSpec is what the command line knows of one target. Adding a target
+// to the command line is one entry in targetSpecs (and its protocol name);
+// everything else (the store's names, the steps, the answers) is the
+// target's own.
+type targetSpec struct {
+	// build makes the client's target from the flags and the environment.
+	build func(f targetFlags, getenv func(string) string) (client.Target, error)
+	// flags names the flags of this target alone; another target refuses
+	// them rather than ignore them.
+	flags []string
+	// endpointOptional: the target has an endpoint of its own (DataCite's
+	// test system), so --endpoint may be left out.
+	endpointOptional bool
+	// authorize sets the request's credentials from the environment when
+	// --header did not, or says which variables are missing. nil takes
+	// DEPOSIT_AUTHORIZATION as the Authorization header, when set.
+	authorize func(header http.Header, getenv func(string) string) error
+	// probes: the target writes with a conditional create that
+	// deposit probe can try.
+	probes bool
+	// hint says what an answer with this status means for this target, in
+	// terms of flags and environment variables; "" defers to the hints
+	// every target shares.
+	hint func(status int) string
+}
+
+// targetSpecs is every --protocol, by name.
+var targetSpecs = map[string]targetSpec{
+	protocol.Put: {
+		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
+			return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
+		},
+		flags: []string{"id-pointer"}, probes: true, hint: collectionHint,
+	},
+	protocol.IdempotencyKey: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			return client.IdempotencyKey{Endpoint: f.endpoint, IDPointer: f.idPointer, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET"))}, nil
+		},
+		flags: []string{"id-pointer"},
+		hint: func(status int) string {
+			if status == http.StatusNotImplemented {
+				return "the server has no idempotency store, and deposit never falls back to an unprotected POST; use --protocol put if the repository supports conditional PUT"
+			}
+			return ""
+		},
+	},
+	protocol.WebDAV: {
+		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
+			return client.WebDAV{Endpoint: f.endpoint}, nil
+		},
+		probes: true,
+		hint: func(status int) string {
+			if status == http.StatusConflict {
+				return "create it, or fix --endpoint"
+			}
+			return collectionHint(status)
+		},
+	},
+	protocol.S3: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			aws, err := awsCredentials(getenv)
+			if err != nil {
+				return nil, err
+			}
+			return client.S3{Endpoint: f.endpoint, AWS: aws}, nil
+		},
+		// Requests are signed; an Authorization header would replace the
+		// signature.
+		authorize: func(http.Header, func(string) string) error { return nil },
+		probes:    true,
+		hint: func(status int) string {
+			switch status {
+			case http.StatusUnauthorized, http.StatusForbidden:
+				return "the server refused the credentials or the signature: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION"
+			case http.StatusNotFound:
+				return "no such bucket: --endpoint must be the bucket URL, path style (https://host/bucket)"
+			}
+			return ""
+		},
+	},
+	protocol.CouchDB: {
+		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
+			return client.CouchDB{Endpoint: f.endpoint}, nil
+		},
+		probes: true,
+		hint: func(status int) string {
+			if status == http.StatusNotFound {
+				return "no such database: --endpoint must be the database URL, and the database must exist"
+			}
+			return ""
+		},
+	},
+	protocol.DataCite: {
+		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
+			return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
+		},
+		flags: []string{"doi-prefix", "event"}, endpointOptional: true,
+		authorize: func(header http.Header, getenv func(string) string) error {
+			if header.Get("Authorization") != "" {
+				return nil
+			}
+			if auth := getenv("DEPOSIT_AUTHORIZATION"); auth != "" {
+				header.Set("Authorization", auth)
+				return nil
+			}
+			id, password := getenv("DATACITE_REPOSITORY_ID"), getenv("DATACITE_PASSWORD")
+			if id == "" || password == "" {
+				return errors.New("datacite: set DATACITE_REPOSITORY_ID and DATACITE_PASSWORD (the repository's credentials)")
+			}
+			header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(id+":"+password)))
+			return nil
+		},
+		hint: func(status int) string {
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				return "DataCite refused the credentials: check DATACITE_REPOSITORY_ID and DATACITE_PASSWORD"
+			}
+			return ""
+		},
+	},
+	protocol.Invenio: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
+		},
+		flags: []string{"no-publish", "settle", "search-rate"},
+		authorize: func(header http.Header, getenv func(string) string) error {
+			auth := cmp.Or(header.Get("Authorization"), getenv("DEPOSIT_AUTHORIZATION"))
+			if auth == "" {
+				return errors.New("invenio: set DEPOSIT_AUTHORIZATION to your personal access token")
+			}
+			header.Set("Authorization", invenioAuthorization(auth))
+			return nil
+		},
+		hint: func(status int) string {
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				return "InvenioRDM treats a missing or wrong token as anonymous: check DEPOSIT_AUTHORIZATION (a personal access token allowed to write deposits; on Zenodo the deposit:write and deposit:actions scopes)"
+			}
+			return ""
+		},
+	},
+}
+
+// collectionHint is the hint of the targets that write into a collection
+// a web server serves (put, WebDAV).
+func collectionHint(status int) string {
+	if status >= 500 && status != http.StatusNotImplemented && status != http.StatusServiceUnavailable {
+		return "the server failed: check that the collection exists (nginx answers 500 for a missing directory), then try again and look at the server's logs"
+	}
+	return ""
+}
+
+// specOf is the spec of protocol proto, as protocol.Parse returns it.
+func specOf(proto string) targetSpec {
+	spec, ok := targetSpecs[proto]
+	if !ok {
+		panic("deposit: no target spec for protocol " + proto)
+	}
+	return spec
+}
+
+// probed names the targets deposit probe can try, in the help's order.
+func probed() []string {
+	var names []string
+	for _, name := range protocol.Names() {
+		if specOf(name).probes {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 // newTarget builds the client target that the flags and the environment
 // name. proto must be a protocol name as protocol.Parse returns it.
 func newTarget(proto string, f targetFlags, getenv func(string) string) (client.Target, error) {
-	switch proto {
-	case protocol.IdempotencyKey:
-		return client.IdempotencyKey{Endpoint: f.endpoint, IDPointer: f.idPointer, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET"))}, nil
-	case protocol.WebDAV:
-		return client.WebDAV{Endpoint: f.endpoint}, nil
-	case protocol.S3:
-		aws, err := awsCredentials(getenv)
-		if err != nil {
-			return nil, err
-		}
-		return client.S3{Endpoint: f.endpoint, AWS: aws}, nil
-	case protocol.CouchDB:
-		return client.CouchDB{Endpoint: f.endpoint}, nil
-	case protocol.DataCite:
-		return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
-	case protocol.Invenio:
-		return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
+	return specOf(proto).build(f, getenv)
+}
+
+// authorize sets header's credentials for proto from the environment.
+func authorize(proto string, header http.Header, getenv func(string) string) error {
+	if a := specOf(proto).authorize; a != nil {
+		return a(header, getenv)
 	}
-	return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
+	if auth := getenv("DEPOSIT_AUTHORIZATION"); auth != "" && header.Get("Authorization") == "" {
+		header.Set("Authorization", auth)
+	}
+	return nil
+}
+
+// foreignFlag returns a flag of set that belongs to a target other than
+// proto, "" when there is none.
+func foreignFlag(proto string, set map[string]bool) (flag, owner string) {
+	own := map[string]bool{}
+	for _, f := range specOf(proto).flags {
+		own[f] = true
+	}
+	for _, name := range protocol.Names() {
+		for _, f := range specOf(name).flags {
+			if set[f] && !own[f] {
+				return f, name
+			}
+		}
+	}
+	return "", ""
 }
 
 // checkEndpoint refuses an endpoint that is not an http or https URL with
@@ -84,7 +266,7 @@ func awsCredentials(getenv func(string) string) (client.AWSCredentials, error) {
 
 // answerHint says what an answer that stopped a run or a probe means for
 // the user, in terms of the command line: flags and environment variables.
-// "" when there is nothing to add.
+// The target's own hint comes first. "" when there is nothing to add.
 func answerHint(err error, proto string) string {
 	var herr *client.HTTPError
 	if !errors.As(err, &herr) {
@@ -93,37 +275,22 @@ func answerHint(err error, proto string) string {
 		}
 		return ""
 	}
+	if h := specOf(proto).hint; h != nil {
+		if hint := h(herr.StatusCode); hint != "" {
+			return hint
+		}
+	}
 	switch s := herr.StatusCode; {
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
-		switch proto {
-		case protocol.S3:
-			return "the server refused the credentials or the signature: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION"
-		case protocol.DataCite:
-			return "DataCite refused the credentials: check DATACITE_REPOSITORY_ID and DATACITE_PASSWORD"
-		case protocol.Invenio:
-			return "InvenioRDM treats a missing or wrong token as anonymous: check DEPOSIT_AUTHORIZATION (a personal access token allowed to write deposits; on Zenodo the deposit:write and deposit:actions scopes)"
-		}
 		return "check your credentials (--header 'Authorization: ...' or DEPOSIT_AUTHORIZATION)"
 	case s == http.StatusNotFound:
-		switch proto {
-		case protocol.S3:
-			return "no such bucket: --endpoint must be the bucket URL, path style (https://host/bucket)"
-		case protocol.CouchDB:
-			return "no such database: --endpoint must be the database URL, and the database must exist"
-		}
 		return "check --endpoint (or DEPOSIT_ENDPOINT)"
-	case s == http.StatusConflict && proto == protocol.WebDAV:
-		return "create it, or fix --endpoint"
 	case s == http.StatusMethodNotAllowed:
 		return "the server does not accept this method at this URL: check --endpoint"
-	case s == http.StatusNotImplemented && proto == protocol.IdempotencyKey:
-		return "the server has no idempotency store, and deposit never falls back to an unprotected POST; use --protocol put if the repository supports conditional PUT"
 	case s == http.StatusNotImplemented:
 		return "the server does not support this request; try --protocol idempotency-key if the repository supports it"
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
 		return "the server is busy or unavailable: try again later"
-	case s >= 500 && (proto == protocol.Put || proto == protocol.WebDAV):
-		return "the server failed: check that the collection exists (nginx answers 500 for a missing directory), then try again and look at the server's logs"
 	case s >= 500:
 		return "the server failed: try again later, and look at its logs"
 	}

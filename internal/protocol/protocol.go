@@ -73,5 +73,6 @@ func Parse(s string) (string, error) {
 			return n, nil
 		}
 	}
-	return "", fmt.Errorf("unknown protocol %q: want put, idempotency-key, webdav, s3, couchdb, datacite or invenio", s)
+	names := Names()
+	return "", fmt.Errorf("unknown protocol %q: want %s or %s", s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
