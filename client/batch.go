@@ -1,14 +1,11 @@
 package client
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"iter"
-	"maps"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +41,14 @@ type ItemResult struct {
 	Result
 	// Err is nil for created, existing and replayed items.
 	Err error
+	// FollowUp reports that this result replaces the one delivered earlier
+	// for the same item: that one was unresolved, and a later result of the
+	// batch with the same key (a later line's, say) has since settled it.
+	// A follow-up is replayed, with the identifier of the result that
+	// settled the key, or failed with its error; Requests and Retries are
+	// those the item itself sent, as in its first result. See
+	// BatchOptions.OnResult for which result of an item is its final one.
+	FollowUp bool
 }
 
 // BatchOptions tunes Run.
@@ -63,8 +68,21 @@ type BatchOptions struct {
 	// Waiting means none: with Concurrency 1 the items then run strictly
 	// one after another, in input order, each recorded before the next.
 	Waiting int
-	// OnResult receives every item's result, in completion order. Calls are
-	// serialised: the callback needs no locking of its own.
+	// OnResult receives every item's result as soon as it is known, in
+	// completion order. Calls are serialised: the callback needs no locking
+	// of its own.
+	//
+	// An item gets one result, or two: one delivered unresolved may be
+	// followed up, later in the batch, when a later result with the same
+	// key settles it (a later line of that key, whose deposit the engine
+	// sends again): the follow-up, with FollowUp set, comes right after the
+	// result that settled the key. An item's final result is the last one
+	// delivered for it: its follow-up if it has one, else its only result.
+	// A follow-up is never unresolved and is never followed up itself. The
+	// Summary counts each item's final result once. A batch remembers at
+	// most 16,384 unresolved items at a time for follow-ups (memory stays
+	// flat); one reported unresolved while that many wait gets no
+	// follow-up, and its unresolved result is its final one.
 	OnResult func(ItemResult)
 	// Grace is how long requests already in flight may take to finish after
 	// ctx is cancelled, so their outcomes are recorded; default 10 s. No new
@@ -118,6 +136,19 @@ type Summary struct {
 	// Rechecks counts the Requests that looked again for records created
 	// after a search had found nothing (Result.Rechecks), replays' included.
 	Rechecks int
+}
+
+// retract takes back what the unresolved result of l added, before its
+// follow-up is added in its place: each item is counted by its final result.
+func (s *Summary) retract(l unsettledLine) {
+	s.Total--
+	s.Unresolved--
+	if l.leaseLost {
+		s.LeasesLost--
+	}
+	s.Requests -= l.requests
+	s.Retries -= l.retries
+	s.Rechecks -= l.rechecks
 }
 
 func (s *Summary) add(r ItemResult) {
@@ -214,25 +245,23 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 			opts.OnResult(r)
 		}
 	}
-	// An unresolved item is held back until its key settles on a later
-	// line of this batch, or the batch ends: a key settled later in the
-	// run is settled, and the line is reported with that final state.
-	held := map[string][]ItemResult{}
+	// An unresolved item is delivered at once; if its key settles later in
+	// the batch, it is delivered again, settled, as a follow-up.
+	unsettled := newUnsettledLines(maxUnsettledLines)
 	report := func(r ItemResult) {
 		mu.Lock()
 		defer mu.Unlock()
-		if r.Outcome == OutcomeUnresolved && r.Key != "" {
-			held[r.Key] = append(held[r.Key], r)
-			return
-		}
 		emit(r)
-		if r.Outcome == OutcomeInvalid || r.Outcome == OutcomeSkipped {
-			return
+		switch {
+		case r.Key == "" || r.Outcome == OutcomeInvalid || r.Outcome == OutcomeSkipped:
+		case r.Outcome == OutcomeUnresolved:
+			unsettled.add(r)
+		default:
+			for _, l := range unsettled.settle(r.Key) {
+				sum.retract(l)
+				emit(l.followUp(r))
+			}
 		}
-		for _, h := range held[r.Key] {
-			emit(settledLater(h, r))
-		}
-		delete(held, r.Key)
 	}
 
 	queue := make(chan Item)
@@ -350,25 +379,8 @@ feed:
 	if outs != nil {
 		outs.wait()
 	}
-	rest := slices.Concat(slices.Collect(maps.Values(held))...)
-	slices.SortFunc(rest, func(a, b ItemResult) int { return cmp.Compare(a.Line, b.Line) })
-	for _, h := range rest {
-		emit(h)
-	}
 	sum.Elapsed = time.Since(start)
 	return sum, st.err()
-}
-
-// settledLater is the result of an unresolved item h whose key a later item
-// of the batch settled with r: replayed with r's identifier, or failed with
-// r's error. The requests h sent stay counted.
-func settledLater(h, r ItemResult) ItemResult {
-	h.Identifier, h.Status, h.RecordID, h.Recovered = r.Identifier, r.Status, r.RecordID, false
-	h.Outcome, h.Err = OutcomeReplayed, nil
-	if r.Err != nil {
-		h.Outcome, h.Err = r.Outcome, r.Err
-	}
-	return h
 }
 
 // batchStop ends a batch once: it closes drain (no new request or retry) and

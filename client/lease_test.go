@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,37 +304,6 @@ func TestClientsSharingAStoreNeverOverlapOnAKey(t *testing.T) {
 	}
 	require.Zero(t, overlaps.Load())
 	require.Equal(t, int64(items), writes.Load(), "each key written once")
-}
-
-// A line left unresolved whose key a later line of the same batch settles
-// is reported with that final state, not unresolved.
-func TestAKeySettledLaterInTheBatchIsSettled(t *testing.T) {
-	var writes atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if writes.Add(1) == 1 {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-	}))
-	t.Cleanup(srv.Close)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t),
-		Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}})
-	require.NoError(t, err)
-	items := []Item{{Line: 1, Payload: []byte(payload)}, {Line: 2, Payload: []byte(`{"other":1}`)}, {Line: 3, Payload: []byte(payload)}}
-	got := map[int64]ItemResult{}
-	var order []int64
-	sum, err := c.Run(context.Background(), slices.Values(items), BatchOptions{Concurrency: 1, Waiting: -1,
-		OnResult: func(r ItemResult) { got[r.Line] = r; order = append(order, r.Line) }})
-	require.NoError(t, err)
-	require.Equal(t, OutcomeReplayed, got[1].Outcome, "line 1's key was settled by line 3")
-	require.NoError(t, got[1].Err)
-	require.Equal(t, got[3].Identifier, got[1].Identifier)
-	require.Equal(t, 1, got[1].Requests, "the request line 1 sent stays counted")
-	require.Equal(t, OutcomeCreated, got[3].Outcome)
-	require.Equal(t, []int64{2, 3, 1}, order, "line 1 is reported once its key settled")
-	require.Zero(t, sum.Unresolved)
-	require.Equal(t, 3, sum.Total)
 }
 
 // blindStore is a store whose look-ups find nothing: what a deposit sees

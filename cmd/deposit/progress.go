@@ -95,12 +95,17 @@ func newProgress(w io.Writer, size int64, read func() int64, interval time.Durat
 	return p
 }
 
-// add counts one settled item.
+// add counts one settled item. A follow-up replaces an item counted
+// unresolved.
 func (p *progress) add(r client.ItemResult) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r.Outcome == client.OutcomeSkipped {
 		return
+	}
+	if r.FollowUp {
+		p.sum.Total--
+		p.sum.Unresolved--
 	}
 	p.sum.Total++
 	switch r.Outcome {

@@ -238,6 +238,9 @@ type resultJSON struct {
 	Record     string `json:"record,omitempty"`
 	Status     int    `json:"status,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// FollowUp marks a line's second object: its key settled after the
+	// line was written unresolved, and this object replaces that one.
+	FollowUp bool `json:"follow_up,omitempty"`
 }
 
 // runBatch runs one batch and returns its summary and exit status. Errors
@@ -352,15 +355,17 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		Concurrency: o.concurrency,
 		Shard:       o.shard,
 		OnResult: func(r client.ItemResult) {
+			// Written first, so that a line the terminal shows is in the
+			// file, whenever the process is killed.
+			if res != nil {
+				res.write(r)
+			}
 			prog.add(r)
 			reused := proto == protocol.IdempotencyKey && r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
 			if reused {
 				keyReused++
 			}
 			logItem(prog, r, reused, &shown)
-			if res != nil {
-				res.write(r)
-			}
 		},
 	})
 	prog.stop()
@@ -515,6 +520,8 @@ func logItem(p *progress, r client.ItemResult, keyReused bool, shown *recoveredS
 	case r.Outcome == client.OutcomeUnresolved && !errors.Is(r.Err, client.ErrInterrupted):
 		// One line on the terminal; --results keeps the key and the error.
 		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
+	case r.FollowUp && r.Err == nil:
+		p.logf("line %d: now %s: %s was settled by a later line with the same key", r.Line, r.Outcome, shortKey(r.Key))
 	case r.Recovered && r.Err == nil && *shown < maxRecoveredShown:
 		*shown++
 		p.logf("line %d: recovered: %s was left uncertain by an earlier run or another process; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
@@ -796,8 +803,8 @@ func diskFull(err error) string {
 // resultWriter writes the --results file, each line with one write(2) of
 // its own: a process killed at any moment leaves whole lines behind (a
 // buffered writer cut the last one at a buffer boundary), and every line
-// written is in the file even if the run never ends. OnResult calls are
-// serialised, so it needs no lock.
+// written is in the file even if the run never ends, follow-ups included.
+// OnResult calls are serialised, so it needs no lock.
 type resultWriter struct {
 	f   *os.File
 	err error
@@ -817,7 +824,7 @@ func (rw *resultWriter) write(r client.ItemResult) {
 	}
 	b, err := json.Marshal(resultJSON{
 		Line: r.Line, Key: r.Key, Outcome: string(r.Outcome), Identifier: r.Identifier, Record: r.RecordID,
-		Status: r.Status, Error: oneLine(r.Err),
+		Status: r.Status, Error: oneLine(r.Err), FollowUp: r.FollowUp,
 	})
 	if err == nil {
 		_, err = rw.f.Write(append(b, '\n'))
