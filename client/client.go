@@ -151,9 +151,16 @@ type Outcome string
 // Outcomes. Deposit returns the first three with a nil error; a batch
 // reports every item with one of the six.
 const (
-	// OutcomeCreated: this deposit's request created the record.
+	// OutcomeCreated: the record exists and this deposit may have made
+	// it: the server created it for this request, or said it exists (or a
+	// check found it) after an attempt of this deposit that could have
+	// taken effect: an ambiguous answer in this run, or an intent that an
+	// earlier run or another process sharing the store may have sent.
 	OutcomeCreated Outcome = "created"
-	// OutcomeExisting: the server said the record already existed.
+	// OutcomeExisting: the record exists and nothing this deposit sent
+	// could have made it: the server said so (or a check found it) before
+	// any attempt of this key that could have taken effect. It was made by
+	// another client, or by a run whose store is gone.
 	OutcomeExisting Outcome = "existing"
 	// OutcomeReplayed: answered without a request of its own, from the
 	// store or from a concurrent deposit of the same key.
