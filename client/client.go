@@ -141,6 +141,21 @@ type RetryEvent struct {
 	Err    error // the transport error retried, if any
 }
 
+// RateWait reports the client's own rate limit (Config.Rate, or the
+// target's default) in requests per second, 0 when there is none, and the
+// time its requests have spent waiting for it so far, summed over requests
+// and counting waits still going. Waited about as long as a run has taken,
+// or longer, the limit is what paces the run rather than the server; the
+// adaptive rate's waits are the server's pace and are not counted. Safe
+// for concurrent use.
+func (c *Client) RateWait() (perSecond float64, waited time.Duration) {
+	t, ok := c.http.Transport.(*sharedTransport)
+	if !ok || t.waits == nil {
+		return 0, 0
+	}
+	return t.rate, t.waits.total()
+}
+
 // NoRateLimit is the Config.Rate that sets no client limit on requests,
 // whatever the target's default (the zero Rate means that default).
 const NoRateLimit = -1

@@ -345,6 +345,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		return none, exitStop
 	}
 
+	prog.followRate(o.rate.set, proto, cl.RateWait)
+
 	var res *resultWriter
 	if o.results != "" {
 		if res, err = createResults(o.results); err != nil {
