@@ -141,6 +141,21 @@ type RetryEvent struct {
 	Err    error // the transport error retried, if any
 }
 
+// RateWait reports the client's own rate limit (Config.Rate, or the
+// target's default) in requests per second, 0 when there is none, and the
+// time its requests have spent waiting for it so far, summed over requests
+// and counting waits still going. Waited about as long as a run has taken,
+// or longer, the limit is what paces the run rather than the server; the
+// adaptive rate's waits are the server's pace and are not counted. Safe
+// for concurrent use.
+func (c *Client) RateWait() (perSecond float64, waited time.Duration) {
+	t, ok := c.http.Transport.(*sharedTransport)
+	if !ok || t.waits == nil {
+		return 0, 0
+	}
+	return t.rate, t.waits.total()
+}
+
 // NoRateLimit is the Config.Rate that sets no client limit on requests,
 // whatever the target's default (the zero Rate means that default).
 const NoRateLimit = -1
@@ -151,9 +166,16 @@ type Outcome string
 // Outcomes. Deposit returns the first three with a nil error; a batch
 // reports every item with one of the six.
 const (
-	// OutcomeCreated: this deposit's request created the record.
+	// OutcomeCreated: the record exists and this deposit may have made
+	// it: the server created it for this request, or said it exists (or a
+	// check found it) after an attempt of this deposit that could have
+	// taken effect: an ambiguous answer in this run, or an intent that an
+	// earlier run or another process sharing the store may have sent.
 	OutcomeCreated Outcome = "created"
-	// OutcomeExisting: the server said the record already existed.
+	// OutcomeExisting: the record exists and nothing this deposit sent
+	// could have made it: the server said so (or a check found it) before
+	// any attempt of this key that could have taken effect. It was made by
+	// another client, or by a run whose store is gone.
 	OutcomeExisting Outcome = "existing"
 	// OutcomeReplayed: answered without a request of its own, from the
 	// store or from a concurrent deposit of the same key.

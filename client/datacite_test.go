@@ -413,12 +413,12 @@ func TestDataCiteAnswers(t *testing.T) {
 		require.Equal(t, 2, res.Retries)
 		require.Equal(t, int64(1), srv.Stats().Minted)
 	})
-	t.Run("a dropped create is found taken and read back as ours", func(t *testing.T) {
+	t.Run("a dropped create is found taken, read back as ours, and created", func(t *testing.T) {
 		srv := newStub(t, repotest.DataCiteConfig{Faults: "nth=1:drop"})
 		c := newDataCiteClient(t, srv, openStore(t), nil)
 		res, err := c.Deposit(context.Background(), dcPayload(1))
 		require.NoError(t, err)
-		require.Equal(t, OutcomeExisting, res.Outcome)
+		require.Equal(t, OutcomeCreated, res.Outcome, "the dropped create was this deposit's")
 		want, _ := DOI(testPrefix, res.Key)
 		require.Equal(t, want, res.Identifier)
 		st := srv.Stats()

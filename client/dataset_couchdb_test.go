@@ -196,7 +196,7 @@ func TestCouchDBDatasetDroppedAfterCommitOnPouchDB(t *testing.T) {
 	res, err := c.DepositDataset(context.Background(), dir, []byte(`{"title":"Dropped"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), proxy.dropped.Load(), "the first PUT was committed, then dropped")
-	require.Equal(t, OutcomeExisting, res.Outcome, "the retry found the document the dropped PUT created")
+	require.Equal(t, OutcomeCreated, res.Outcome, "the retry found the document the dropped PUT created")
 	require.Equal(t, 3, res.Requests, "the dropped PUT, its retry answered 409, the read-back")
 	requireCouchAttachments(t, db+"/"+res.Key, files)
 

@@ -293,7 +293,8 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
-			if prior[i], err = r.confirm(ctx, s, OutcomeExisting, id, 0); err != nil {
+			// Settled by this deposit's own earlier steps (step.settled).
+			if prior[i], err = r.confirm(ctx, s, OutcomeCreated, id, 0); err != nil {
 				return r.res, r.end, s.wrap(err)
 			}
 			continue
@@ -360,6 +361,12 @@ func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Rec
 // uncertain says that the store shows an earlier attempt, whose effect a
 // step the server does not arbitrate looks for before sending again. It
 // returns the step's identifier.
+//
+// A step found to exist (an "exists" answer, or a check that finds it) is
+// created when an attempt of this deposit may have made it: one the store
+// shows from an earlier run or another process sharing the store, or one
+// of this exchange answered ambiguously. Only when nothing this deposit
+// sent could have made it is the step existing (see exists).
 func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []byte, uncertain bool) (string, error) {
 	c := r.c
 	req, err := s.build(prior)
@@ -383,7 +390,8 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.
 	reconciles := !s.arbitrated && s.check != nil
-	missed := false // a check found nothing after an ambiguous attempt
+	missed := false   // a check found nothing after an ambiguous attempt
+	mine := uncertain // an attempt of this deposit may have taken effect
 	if uncertain && reconciles {
 		f, err := x.runCheck(ctx, s.check, prior, true)
 		if err != nil {
@@ -392,7 +400,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		missed = f.kind == findingAbsent
 		switch f.kind {
 		case findingPresent:
-			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), 0)
+			return r.confirm(ctx, s, exists(mine), cmp.Or(f.id, s.fallback), 0)
 		case findingForeign:
 			return "", r.fail(ctx, s, f.herr)
 		}
@@ -403,6 +411,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		if err != nil {
 			return "", err
 		}
+		mine = mine || a.afterAmbiguous
 		if v.warn != "" {
 			c.warnOnce(v.warn, "status", a.status, "endpoint", redactURL(a.url))
 		}
@@ -426,7 +435,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 
 		case classExists:
 			if v.id != "" || s.check == nil {
-				return r.confirm(ctx, s, OutcomeExisting, cmp.Or(v.id, s.fallback), a.status)
+				return r.confirm(ctx, s, exists(mine), cmp.Or(v.id, s.fallback), a.status)
 			}
 			f, err := x.runCheck(ctx, s.check, prior, false)
 			if err != nil {
@@ -437,7 +446,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			}
 			// A record the server says exists but will not show is still
 			// there: its identifier is the fallback.
-			return r.confirm(ctx, s, OutcomeExisting, cmp.Or(f.id, s.fallback), a.status)
+			return r.confirm(ctx, s, exists(mine), cmp.Or(f.id, s.fallback), a.status)
 		}
 		// Not a success: the answer, as an error.
 		herr := answerError(req.method, a, v.problem)
@@ -462,15 +471,14 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			}
 			switch f.kind {
 			case findingPresent:
-				outcome := OutcomeExisting
-				if cls == classAmbiguous {
-					outcome = OutcomeCreated // our own request took effect
-				}
-				return r.confirm(ctx, s, outcome, cmp.Or(f.id, s.fallback), a.status)
+				// After an ambiguous answer, our own request took effect.
+				return r.confirm(ctx, s, exists(mine || cls == classAmbiguous), cmp.Or(f.id, s.fallback), a.status)
 			case findingForeign:
 				return "", r.fail(ctx, s, f.herr)
 			}
 			missed = missed || (cls == classAmbiguous && f.kind == findingAbsent)
+			// Not found yet, but it may still show (an index that lags).
+			mine = mine || cls == classAmbiguous
 			if cls == classConflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}
@@ -495,6 +503,17 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			return "", x.unresolved(last)
 		}
 	}
+}
+
+// exists is the outcome of a step found to exist: created when mine (an
+// attempt of this deposit may have made it), else existing (nothing this
+// deposit sent could have: another client's, or a store that was lost
+// without a scan to recover it).
+func exists(mine bool) Outcome {
+	if mine {
+		return OutcomeCreated
+	}
+	return OutcomeExisting
 }
 
 // checkFailed settles a step whose check failed: a terminal answer (a

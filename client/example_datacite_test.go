@@ -15,9 +15,10 @@ import (
 
 // Mint DOIs for a small batch through a DataCite stub that drops a third of
 // the answers after committing, publish each, and replay the batch: every
-// line keeps its DOI and none is minted twice. "existing" is a create whose
-// answer was dropped: the retry found the DOI taken, read it back and found
-// this deposit's key in it.
+// line keeps its DOI and none is minted twice. Lines 2 and 3 are creates
+// whose answers were dropped: the retry found the DOI taken, read it back
+// and found this deposit's key in it, so they are created, not existing
+// (another client's).
 func Example_dataCite() {
 	stub, err := repotest.NewDataCiteServer(repotest.DataCiteConfig{Faults: "drop=0.35,503=0.1", Seed: 1})
 	if err != nil {
@@ -77,8 +78,8 @@ func Example_dataCite() {
 	// Output:
 	// first run:
 	//   1 created 10.5072/dk-fejz-kpta-dez4-l73l
-	//   2 existing 10.5072/dk-jg6c-56ql-oqhx-tzim
-	//   3 existing 10.5072/dk-dlhu-ofhe-w4na-ny22
+	//   2 created 10.5072/dk-jg6c-56ql-oqhx-tzim
+	//   3 created 10.5072/dk-dlhu-ofhe-w4na-ny22
 	//   4 replayed 10.5072/dk-fejz-kpta-dez4-l73l
 	//   requests: 14
 	// replay:

@@ -8,7 +8,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	neturl "net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -55,15 +57,43 @@ func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
 // (the caller reconciles before sending again). A transport error that ends
 // the exchange is returned as an error wrapping ErrUnresolved or
 // ErrInterrupted.
+//
+// Each answer says whether an earlier attempt of req was ambiguous
+// (answer.afterAmbiguous): the attempts do retries itself, and those
+// net/http makes unseen (a request with an Idempotency-Key, written to a
+// kept-alive connection that closed before any answer, is sent again on
+// another), so the caller can tell an "exists" that may answer its own
+// earlier attempt from one that cannot.
 func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) verdict) (answer, class, error) {
 	var (
 		last     answer
 		cls      class
 		v        verdict
 		tooLarge error
+		// ambiguous: an attempt so far may have taken effect unanswered.
+		ambiguous bool
+		// unanswered says that a request was written and got no answer
+		// before another connection was taken for req: an attempt cut
+		// off, whichever retried it.
+		unanswered        atomic.Bool
+		written, answered atomic.Int32
 	)
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			if written.Load() > answered.Load() {
+				unanswered.Store(true)
+			}
+		},
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				written.Add(1)
+			}
+		},
+		GotFirstResponseByte: func() { answered.Add(1) },
+	})
 	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
-		last = answer{url: req.url, err: err}
+		ambiguous = ambiguous || unanswered.Load()
+		last = answer{url: req.url, err: err, afterAmbiguous: ambiguous}
 		if resp != nil {
 			last.status, last.header = resp.StatusCode, resp.Header
 			last.body, tooLarge = readAnswer(resp, req.full)
@@ -85,6 +115,7 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		}
 		if !madeNoChange(last, cls) {
 			x.effect = true
+			ambiguous = ambiguous || cls == classAmbiguous
 		}
 		if last.err == nil {
 			x.c.pace.Observe(throttled(last, cls))

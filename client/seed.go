@@ -137,6 +137,13 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	// before it are done too, so a seeding cut short leaves later steps'
 	// rows, never the first's alone; the first step's row, written last,
 	// says the seeding is whole, and until then the next run seeds again.
+	//
+	// A seeded step is created, not existing: the marker is this key's
+	// own, the scan sees only the account's own records, and a store with
+	// no scan is how a lost store looks, so the record was made by this
+	// deposit in a run whose store is gone. (Another store depositing the
+	// same payloads under the same account looks the same; such stores
+	// should be one, shared.)
 	ctx = context.WithoutCancel(ctx)
 	rows := sd.seedRows(k, steps, found)
 	for i := len(rows) - 1; i >= 0; i-- {
@@ -148,7 +155,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 			}
 			continue
 		}
-		_, err := c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: dedup.OutcomeExisting, Identifier: row.id})
+		_, err := c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: row.id})
 		if err != nil && !errors.Is(err, dedup.ErrConflict) {
 			return c.storeError(err)
 		}
@@ -356,7 +363,8 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 		wctx := context.WithoutCancel(ctx)
 		switch f.kind {
 		case findingPresent:
-			if _, err := c.store.Complete(wctx, s.recheck, s.key, dedup.Confirmation{Outcome: dedup.OutcomeExisting, Identifier: f.id}); err != nil && !errors.Is(err, dedup.ErrConflict) {
+			// The one record is the one this deposit created.
+			if _, err := c.store.Complete(wctx, s.recheck, s.key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: f.id}); err != nil && !errors.Is(err, dedup.ErrConflict) {
 				return c.storeError(err)
 			}
 		case findingForeign:

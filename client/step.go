@@ -62,7 +62,9 @@ type step struct {
 
 	// settled, when set, reports that earlier steps settled this one too (a
 	// file found committed needs no upload): it returns the step's
-	// identifier, and the step is confirmed as existing without a request.
+	// identifier, and the step is confirmed without a request, as created:
+	// what settled it is this deposit's own work (a file committed on its
+	// own draft).
 	settled func(prior []string) (string, bool)
 	// recordID marks the step whose identifier is the deposit's record id
 	// beside the identifier its primary step minted (Result.RecordID).
@@ -98,6 +100,11 @@ type answer struct {
 	header http.Header
 	body   []byte
 	err    error
+	// afterAmbiguous says that an earlier attempt of the same request
+	// was answered ambiguously, or not at all (a connection lost after
+	// the request was written, which net/http may retry by itself): that
+	// attempt may have taken effect.
+	afterAmbiguous bool
 }
 
 // class is what an answer means for a step, per the protocol table.

@@ -42,6 +42,9 @@ func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*h
 		rate = r.defaultRate()
 	}
 	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0)), timeout: timeout}
+	if t.limiter != nil {
+		t.rate, t.waits = rate, newRateWaits()
+	}
 	if p, ok := d.(requestPacer); ok {
 		t.own = p.pacer()
 	}
@@ -80,6 +83,10 @@ type sharedTransport struct {
 	pace    *backoff.AdaptiveLimiter
 	timeout time.Duration
 	own     func(*http.Request) *backoff.Limiter // nil: no request has a rate of its own
+	// rate is the limiter's, in requests per second, and waits the time
+	// requests spent waiting for it; 0 and nil when unlimited.
+	rate  float64
+	waits *rateWaits
 }
 
 func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -139,12 +146,61 @@ func neverSent(err error) bool {
 	return errors.As(err, &e)
 }
 
-// wait waits for the adaptive limiter, then for the rate limiter.
+// wait waits for the adaptive limiter, then for the rate limiter. While
+// the adaptive rate is at the rate limit (no throttle has cut it), either
+// one's wait is a wait for the client's own limit, and counted as one.
 func (t *sharedTransport) wait(ctx context.Context) error {
+	if t.waits != nil && t.pace.Rate() >= t.rate*0.99 {
+		defer t.waits.end(t.waits.begin())
+	}
 	if err := t.pace.Wait(ctx); err != nil {
 		return err
 	}
 	return t.limiter.Wait(ctx)
+}
+
+// rateWaits adds up the time requests spend waiting for the client's rate
+// limit, waits still going included, so that a reader can tell whether
+// that limit is what paces a run: summed over requests, it grows about as
+// fast as the clock (or faster, with several requests waiting) only when
+// requests queue for the limit. Two uncontended locks a request.
+type rateWaits struct {
+	epoch time.Time
+	mu    sync.Mutex
+	ended time.Duration // the waits that ended
+	// waiting is how many requests wait now, started the sum of their
+	// start times (since epoch).
+	waiting int
+	started time.Duration
+}
+
+func newRateWaits() *rateWaits { return &rateWaits{epoch: time.Now()} }
+
+// begin notes a wait starting; end(start) notes its end.
+func (w *rateWaits) begin() time.Duration {
+	now := time.Since(w.epoch)
+	w.mu.Lock()
+	w.waiting++
+	w.started += now
+	w.mu.Unlock()
+	return now
+}
+
+func (w *rateWaits) end(start time.Duration) {
+	now := time.Since(w.epoch)
+	w.mu.Lock()
+	w.waiting--
+	w.started -= start
+	w.ended += now - start
+	w.mu.Unlock()
+}
+
+// total is the time waited so far.
+func (w *rateWaits) total() time.Duration {
+	now := time.Since(w.epoch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ended + time.Duration(w.waiting)*now - w.started
 }
 
 // slotsKey is the context key of a batch's requestSlots.

@@ -130,6 +130,16 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 			},
 		},
 		{
+			name:  "a created after an existing with the same identifier keeps the first without error",
+			setup: func(s testStore) { s.Complete(ctx, target, "k", same) },
+			act:   func(s testStore) (Record, error) { return s.Complete(ctx, target, "k", created) },
+			want: func(t *testing.T, r Record) {
+				require.Equal(t, OutcomeExisting, r.Outcome)
+				require.Equal(t, created.Identifier, r.Identifier)
+				require.Equal(t, 412, r.Status)
+			},
+		},
+		{
 			name:  "fail of a pending key makes it failed",
 			setup: func(s testStore) { s.Begin(ctx, target, "k", nil) },
 			act:   func(s testStore) (Record, error) { return s.Fail(ctx, target, "k", failure) },
@@ -393,6 +403,21 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 		require.Empty(t, firsts)
 		_, err = s.ConfirmMany(ctx, target, map[string]Confirmation{"k": {Outcome: OutcomeCreated}})
 		require.ErrorIs(t, err, ErrInvalidArgument)
+	})
+
+	t.Run("a group confirming another outcome with the same identifier is no conflict", func(t *testing.T) {
+		s := open(t)
+		_, err := s.Complete(ctx, target, "created-first", created)
+		require.NoError(t, err)
+		_, err = s.Complete(ctx, target, "existing-first", same)
+		require.NoError(t, err)
+		firsts, err := s.ConfirmMany(ctx, target, map[string]Confirmation{"created-first": same, "existing-first": created})
+		require.NoError(t, err)
+		require.Empty(t, firsts)
+		got, err := s.CompleteMany(ctx, target, map[string]Confirmation{"created-first": same, "existing-first": created})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeCreated, got["created-first"].Outcome, "the first outcome stays")
+		require.Equal(t, OutcomeExisting, got["existing-first"].Outcome, "the first outcome stays")
 	})
 
 	t.Run("count and list by state", func(t *testing.T) {

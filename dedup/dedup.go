@@ -48,11 +48,15 @@ const (
 // Outcome says how a done key was confirmed.
 type Outcome string
 
-// The outcomes of a done key.
+// The outcomes of a done key. They say who may have made the record, not
+// which record it is: a confirmation whose outcome differs from the
+// recorded one, with the same identifier, is no conflict (the first
+// outcome is kept); only another identifier is (ErrConflict).
 const (
-	// OutcomeCreated: a request of ours created the record.
+	// OutcomeCreated: a request of ours may have created the record.
 	OutcomeCreated Outcome = "created"
-	// OutcomeExisting: the server said the record already existed.
+	// OutcomeExisting: the record existed before any request of ours
+	// could have made it.
 	OutcomeExisting Outcome = "existing"
 )
 

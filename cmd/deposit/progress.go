@@ -5,6 +5,7 @@ import (
 	"io"
 	"iter"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,7 @@ type progress struct {
 
 	mu      sync.Mutex
 	sum     client.Summary
+	pace    pacing
 	drawn   bool // a bar is on screen
 	stopped bool
 	done    chan struct{}
@@ -168,6 +170,7 @@ func (p *progress) tick() {
 	if p.stopped {
 		return
 	}
+	p.pace.sample(time.Since(p.start))
 	if p.tty {
 		p.draw()
 		return
@@ -177,6 +180,15 @@ func (p *progress) tick() {
 		pct = fmt.Sprintf(" (%.0f%% of the input read)", f*100)
 	}
 	fmt.Fprintf(p.w, "progress: %s%s\n", p.status(), pct)
+}
+
+// followRate lets the progress say when the client's own rate limit paces
+// the run: rateWait is the client's (client.Client.RateWait); given says
+// that --rate set the limit, else it is the default of protocol.
+func (p *progress) followRate(given bool, protocol string, rateWait func() (float64, time.Duration)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pace = pacing{given: given, protocol: protocol, wait: rateWait}
 }
 
 // stop ends the bar; later log lines are plain.
@@ -209,8 +221,10 @@ func (p *progress) draw() {
 // narrow for all of them: detail first, the failed and unresolved counts
 // never.
 const (
-	partRequests  = 1 << iota // "; 42 requests"
+	partPaceWhy   = 1 << iota // " (the client's limit, not the server's)"
+	partRequests              // "; 42 requests"
 	partBreakdown             // " (1 created, 0 existing, 1 replayed)"
+	partPace                  // " at --rate 1.5/s"
 	partGraphic               // "[=====     ]"
 	partRate                  // "3 items/s"
 	partTotal                 // "3 items: "
@@ -262,7 +276,7 @@ func (p *progress) barText(elapsed time.Duration, show int) string {
 		pace = append(pace, "ETA "+eta.String())
 	}
 	if len(pace) > 0 {
-		head = append(head, strings.Join(pace, "; "))
+		head = append(head, strings.Join(pace, "; ")+p.pace.note(show&partPace != 0, show&partPaceWhy != 0))
 	}
 	counts := p.countsText(show)
 	if len(head) == 0 {
@@ -311,12 +325,19 @@ func (p *progress) fraction() float64 {
 // status is the progress text of a log line: counts, rate, ETA; p.mu held.
 func (p *progress) status() string {
 	elapsed := time.Since(p.start)
-	text := p.countsText(partAll)
+	var pace []string
 	if rate, ok := p.rate(elapsed); ok {
-		text += "; " + rate
+		pace = append(pace, rate)
 	}
 	if eta, ok := p.eta(elapsed); ok {
-		text += "; ETA " + eta.String()
+		pace = append(pace, "ETA "+eta.String())
+	}
+	text := p.countsText(partAll)
+	if len(pace) > 0 {
+		// The first line the client's limit paces says why; later lines
+		// just name the limit.
+		text += "; " + strings.Join(pace, "; ") + p.pace.note(true, !p.pace.explained)
+		p.pace.explained = p.pace.explained || p.pace.paced
 	}
 	return text
 }
@@ -360,4 +381,74 @@ func (p *progress) count(items iter.Seq[client.Item]) iter.Seq[client.Item] {
 			}
 		}
 	}
+}
+
+// paceWindow is how far back the progress looks to tell whether the
+// client's rate limit paces the run.
+const paceWindow = 10 * time.Second
+
+// pacedShare is the share of the time over paceWindow that the run's
+// requests, summed, must have spent waiting for the client's rate limit
+// for the progress to say that the limit paces the run. Waiting half the
+// time or more, requests queue for the limit: the server could take them
+// faster. A run paced by the server (or by its own concurrency) waits next
+// to nothing, since it sends below the limit.
+const pacedShare = 0.5
+
+// pacing follows how long a run's requests wait for the client's rate
+// limit, to say when that limit, not the server, sets the pace. The zero
+// value says nothing.
+type pacing struct {
+	given    bool   // --rate set the limit
+	protocol string // whose default the limit is otherwise
+	wait     func() (float64, time.Duration)
+	rate     float64 // the limit, requests per second; 0 when unlimited
+	samples  []paceSample
+	// paced: the requests waited for the limit pacedShare of the time
+	// over the last paceWindow; explained: a plain progress line said why.
+	paced, explained bool
+}
+
+// paceSample is the time requests had waited for the limit at elapsed.
+type paceSample struct{ elapsed, waited time.Duration }
+
+// sample takes the time waited so far at elapsed and decides paced over
+// the window: the oldest sample kept is the last one at least paceWindow
+// old, so the window spans at least paceWindow once the run is that old.
+func (pc *pacing) sample(elapsed time.Duration) {
+	if pc.wait == nil {
+		return
+	}
+	var waited time.Duration
+	pc.rate, waited = pc.wait()
+	if pc.rate <= 0 {
+		return
+	}
+	if len(pc.samples) == 0 {
+		pc.samples = append(pc.samples, paceSample{}) // the run's start
+	}
+	pc.samples = append(pc.samples, paceSample{elapsed, waited})
+	for len(pc.samples) > 2 && elapsed-pc.samples[1].elapsed >= paceWindow {
+		pc.samples = pc.samples[1:]
+	}
+	base := pc.samples[0]
+	span := elapsed - base.elapsed
+	pc.paced = span > 0 && float64(waited-base.waited) >= pacedShare*float64(span)
+}
+
+// note is what follows the pace when the client's limit paces the run:
+// which limit (with limit), and why it matters (with why); "" otherwise.
+func (pc *pacing) note(limit, why bool) string {
+	if !pc.paced || !limit {
+		return ""
+	}
+	rate := strconv.FormatFloat(pc.rate, 'g', 3, 64) + "/s"
+	text := " at --rate " + rate
+	if !pc.given {
+		text = " at " + rate + ", the " + pc.protocol + " default of --rate"
+	}
+	if why {
+		text += " (the client's limit, not the server's)"
+	}
+	return text
 }

@@ -99,9 +99,10 @@ is always safe: finished lines are answered from the store without a request
 (replayed), lines an interrupted run left uncertain are settled (recovered),
 and nothing is created twice.
 
-Outcomes: created, existing (the server had it), replayed (no request of its
-own), failed (refused for good; not re-sent without --retry-failed), invalid,
-unresolved (run again).`
+Outcomes: created (made by this deposit, or perhaps: its answer was lost),
+existing (nothing this deposit sent could have made it), replayed (no request
+of its own), failed (refused for good; not re-sent without --retry-failed),
+invalid, unresolved (run again).`
 
 const runNotes = `Environment:
   DEPOSIT_ENDPOINT       used when --endpoint is not given
@@ -339,6 +340,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		fmt.Fprintf(s.stderr, "deposit run: %s\n", oneLine(err))
 		return none, exitStop
 	}
+
+	prog.followRate(o.rate.set, proto, cl.RateWait)
 
 	var res *resultWriter
 	if o.results != "" {
