@@ -106,8 +106,8 @@ type Summary struct {
 	// Skipped counts items left to other shards (BatchOptions.Shard), apart
 	// from Total.
 	Skipped int
-	// LeasesLost counts items that stopped because their key's lease was
-	// lost (ErrLeaseLost); they are unresolved too.
+	// LeasesLost counts the leases the client gave up while the batch ran
+	// (Client.LeasesLost): their deposits stopped, unresolved.
 	LeasesLost int
 	// Recovered counts items an earlier run had left pending and this
 	// batch settled.
@@ -124,9 +124,6 @@ func (s *Summary) add(r ItemResult) {
 	if r.Outcome == OutcomeSkipped {
 		s.Skipped++
 		return
-	}
-	if errors.Is(r.Err, ErrLeaseLost) {
-		s.LeasesLost++
 	}
 	s.Total++
 	switch r.Outcome {
@@ -162,7 +159,7 @@ func (s *Summary) add(r ItemResult) {
 // and the items not settled are reported unresolved. Run returns ctx's error
 // in that case.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
-	start := time.Now()
+	start, lostBefore := time.Now(), c.LeasesLost()
 	if sh := opts.Shard; sh.Count > 1 && (sh.Index < 0 || sh.Index >= sh.Count) {
 		return Summary{}, fmt.Errorf("%w: shard %d of %d", ErrConfig, sh.Index, sh.Count)
 	}
@@ -356,6 +353,8 @@ feed:
 		emit(h)
 	}
 	sum.Elapsed = time.Since(start)
+	sum.LeasesLost = int(c.LeasesLost() - lostBefore)
+	c.leases.reportUnreleased()
 	return sum, st.err()
 }
 
