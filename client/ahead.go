@@ -19,8 +19,9 @@ const aheadGroup = 64
 //
 // A claim made ahead is used by its own item's deposit only while it can
 // still stand for a claim made there and then:
-//   - its lease, not renewed while the item waits, is younger than a
-//     quarter of its TTL;
+//   - it is younger than a quarter of its lease's TTL (its lease is renewed
+//     from the claim, as every lease is, but a claim this old is not the
+//     look-ahead's to rely on: the deposit claims again);
 //   - no other deposit of the key began in this process meanwhile, which
 //     may have settled the row since (such a deposit spoils it);
 //   - a key in flight in this process is not claimed ahead at all.
@@ -57,6 +58,10 @@ type claimAhead struct {
 	at      time.Time
 	made    bool // the claim committed
 	spoiled bool // another deposit of the key began meanwhile
+	// ref and held are the lease the claim took, renewed until the
+	// item's deposit takes it over or the claim is given up.
+	ref  dedup.Ref
+	held *heldLease
 }
 
 // ahead is what a deposit knows of its batch's claims made ahead: the
@@ -185,7 +190,10 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		return
 	}
 	for i, e := range mine {
-		e.got, e.at, e.made = got[i], at, true
+		e.got, e.at, e.made, e.ref = got[i], at, true, intents[i].Ref
+		if !got[i].Leased {
+			e.held = c.leases.claimed(e.ref)
+		}
 	}
 }
 
@@ -203,18 +211,30 @@ func (a ahead) began(key string) {
 }
 
 // take returns the deposit's claim made ahead, if it may stand for its
-// claim, and gives it up either way.
+// claim, and gives it up either way: a claim that stands hands its lease
+// over to the deposit (which holds it at once), one that does not lets go
+// of it, and the deposit claims again.
 func (a ahead) take() (dedup.Claimed, bool) {
 	if a.b == nil {
 		return dedup.Claimed{}, false
 	}
+	got, ok, held := a.takeClaim()
+	if !ok && held != nil {
+		a.b.c.leases.letGo(a.e.ref, held)
+	}
+	return got, ok
+}
+
+// takeClaim is take, under the batch's lock; the lease the claim took, if
+// any, is returned for a claim that may not stand.
+func (a ahead) takeClaim() (dedup.Claimed, bool, *heldLease) {
 	a.b.mu.Lock()
 	defer a.b.mu.Unlock()
 	now := time.Now()
 	a.b.tookClaim(now)
 	e := a.e
 	if e == nil {
-		return dedup.Claimed{}, false
+		return dedup.Claimed{}, false, nil
 	}
 	if a.b.keys[e.key] == e {
 		delete(a.b.keys, e.key)
@@ -224,7 +244,9 @@ func (a ahead) take() (dedup.Claimed, bool) {
 		a.b.waiting--
 	}
 	e.made = false // taken once
-	return e.got, ok
+	held := e.held
+	e.held = nil
+	return e.got, ok, held
 }
 
 // forget gives up e, whether or not its deposit took it. A claim that was
@@ -246,14 +268,18 @@ func (b *claimsAhead) forget(ctx context.Context, e *claimAhead) {
 		b.waiting--
 	}
 	e.made = false
+	held := e.held
+	e.held = nil
 	b.mu.Unlock()
+	c := b.c
+	// Out of the renewal set before the release: a renewal that found the
+	// lease released would count it lost.
+	c.leases.letGo(e.ref, held)
 	if !unused {
 		return
 	}
-	c := b.c
-	ref := dedup.Ref{Target: e.got.Record.Target, Key: e.key}
-	if err := c.store.Release(context.WithoutCancel(ctx), c.leases.lease.Owner, ref, true); err != nil {
-		c.log.Warn("could not release a claim made ahead; its lease expires by itself", "key", e.key, "error", err)
+	if err := c.store.Release(context.WithoutCancel(ctx), c.leases.lease.Owner, e.ref, true); err != nil {
+		c.leases.notReleased(err) // reported once, at the end of the batch
 	}
 }
 

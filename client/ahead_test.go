@@ -92,6 +92,10 @@ func TestAStaleClaimMadeAheadIsNotUsed(t *testing.T) {
 		time.Sleep(99 * time.Millisecond)
 		_, ok = ahead{b: b, e: jobs[0].ahead}.take()
 		require.True(t, ok, "a claim younger than a quarter of its lease was not used")
+		// The deposit that took the claim holds its lease, and ends.
+		_, drop := c.leases.hold(context.Background(), jobs[0].ahead.ref)
+		drop()
+		time.Sleep(400 * time.Millisecond) // the renewer's next tick: it ends
 	})
 }
 

@@ -124,8 +124,8 @@ type Summary struct {
 	// Skipped counts items left to other shards (BatchOptions.Shard), apart
 	// from Total.
 	Skipped int
-	// LeasesLost counts items that stopped because their key's lease was
-	// lost (ErrLeaseLost); they are unresolved too.
+	// LeasesLost counts the leases the client gave up while the batch ran
+	// (Client.LeasesLost): their deposits stopped, unresolved.
 	LeasesLost int
 	// Recovered counts items an earlier run had left pending and this
 	// batch settled.
@@ -143,9 +143,6 @@ type Summary struct {
 func (s *Summary) retract(l unsettledLine) {
 	s.Total--
 	s.Unresolved--
-	if l.leaseLost {
-		s.LeasesLost--
-	}
 	s.Requests -= l.requests
 	s.Retries -= l.retries
 	s.Rechecks -= l.rechecks
@@ -155,9 +152,6 @@ func (s *Summary) add(r ItemResult) {
 	if r.Outcome == OutcomeSkipped {
 		s.Skipped++
 		return
-	}
-	if errors.Is(r.Err, ErrLeaseLost) {
-		s.LeasesLost++
 	}
 	s.Total++
 	switch r.Outcome {
@@ -193,7 +187,7 @@ func (s *Summary) add(r ItemResult) {
 // and the items not settled are reported unresolved. Run returns ctx's error
 // in that case.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
-	start := time.Now()
+	start, lostBefore := time.Now(), c.LeasesLost()
 	if sh := opts.Shard; sh.Count > 1 && (sh.Index < 0 || sh.Index >= sh.Count) {
 		return Summary{}, fmt.Errorf("%w: shard %d of %d", ErrConfig, sh.Index, sh.Count)
 	}
@@ -380,6 +374,8 @@ feed:
 		outs.wait()
 	}
 	sum.Elapsed = time.Since(start)
+	sum.LeasesLost = int(c.LeasesLost() - lostBefore)
+	c.leases.reportUnreleased()
 	return sum, st.err()
 }
 

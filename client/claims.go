@@ -20,11 +20,13 @@ const maxClaims = 256
 // claims coalesces the claims of concurrent deposits into one ClaimMany
 // (up to maxClaims). One commit then records the intents of every deposit
 // about to send, which on PostgreSQL, where each commit waits for the log
-// to reach the disk, is what bounds a fleet.
+// to reach the disk, is what bounds a fleet. Each lease a group takes is
+// renewed from the group's commit: the deposit that led the group may
+// carry later groups for a while before it gets to its own request.
 type claims struct {
-	store manyClaimer
-	lease dedup.Lease
-	group coalescer[*claimCall]
+	store  manyClaimer
+	leases *leaseKeeper
+	group  coalescer[*claimCall]
 }
 
 type claimCall struct {
@@ -37,8 +39,8 @@ type claimCall struct {
 	done    chan struct{}
 }
 
-func newClaims(store manyClaimer, lease dedup.Lease) *claims {
-	c := &claims{store: store, lease: lease}
+func newClaims(store manyClaimer, leases *leaseKeeper) *claims {
+	c := &claims{store: store, leases: leases}
 	c.group = coalescer[*claimCall]{run: c.run, max: maxClaims}
 	return c
 }
@@ -86,7 +88,7 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 			ctx = dedup.WithDurableCommit(ctx)
 		}
 	}
-	got, err := c.store.ClaimMany(ctx, c.lease, intents)
+	got, err := c.store.ClaimMany(ctx, c.leases.lease, intents)
 	if err == nil && len(got) != len(group) {
 		err = fmt.Errorf("store claimed %d of %d keys", len(got), len(group))
 	}
@@ -95,6 +97,10 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 			call.err = err
 		} else {
 			call.got = got[i]
+			if !got[i].Leased {
+				// Renewed from now; its deposit holds it (leaseKeeper.hold).
+				c.leases.claimed(call.in.Ref)
+			}
 		}
 		close(call.done)
 	}
@@ -104,7 +110,8 @@ func (c *claims) claimGroup(ctx context.Context, group []*claimCall) {
 // key's lease: the claim its batch made ahead if that may stand, else
 // through the client's claim groups where the store has them (only those
 // name the row's prior owner). A key another owner holds is returned with
-// an error wrapping dedup.ErrLeased, as Store.Claim does. With durable (the
+// an error wrapping dedup.ErrLeased, as Store.Claim does. A lease taken is
+// in the renewal set when claim returns; the deposit holds it at once. With durable (the
 // deposit's primary step is one the server does not arbitrate), the claim
 // commits durably across power loss (dedup.WithDurableCommit); a claim made
 // ahead never is, and is only made for arbitrated steps.
@@ -117,6 +124,9 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahea
 			ctx = dedup.WithDurableCommit(ctx)
 		}
 		rec, err := c.store.Claim(ctx, ref.Target, ref.Key, body, c.leases.lease)
+		if err == nil {
+			c.leases.claimed(ref)
+		}
 		return dedup.Claimed{Record: rec}, err
 	default:
 		var err error

@@ -354,7 +354,7 @@ func New(cfg Config) (*Client, error) {
 	c.leases = newLeaseKeeper(store, cfg.Lease, c.log)
 	guard.leases = c.leases
 	if m, ok := storeAs[manyClaimer](store); ok {
-		c.claims = newClaims(m, c.leases.lease)
+		c.claims = newClaims(m, c.leases)
 	}
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
 

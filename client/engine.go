@@ -234,12 +234,14 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	ctx, drop := c.leases.hold(ctx, ref)
 	defer func() {
 		err = leaseError(ctx, err)
-		// The lease is kept until the last outcome is recorded.
+		// The lease is kept until the last outcome is recorded. It
+		// leaves the renewal set before its release: a renewal that
+		// found it released would count it lost.
 		end := func(err error) {
+			drop()
 			if err != nil {
 				r.release(ctx, ref)
 			}
-			drop()
 		}
 		if e := r.end; e != nil {
 			e.res, e.err = r.res, err
@@ -321,11 +323,17 @@ func (r *runDeposit) warnPastRetention(s *step, rec dedup.Record) {
 // release ends the lease of a deposit that did not finish, so that another
 // process need not wait for it to expire. When nothing the deposit sent can
 // have created its record, the intent is taken back too: the key does not
-// look uncertain to the next run.
+// look uncertain to the next run. A lease the store would not release is
+// counted, and reported in one line at the end of the batch (at once for a
+// deposit outside one): a store that is down would otherwise log a line
+// for each deposit that stopped.
 func (r *runDeposit) release(ctx context.Context, ref dedup.Ref) {
 	unsent := !r.sent && !r.primaryDone
 	if err := r.c.store.Release(context.WithoutCancel(ctx), r.c.leases.lease.Owner, ref, unsent); err != nil {
-		r.c.log.Warn("could not release a lease; it expires by itself", "key", ref.Key, "error", err)
+		r.c.leases.notReleased(err)
+		if !inBatch(ctx) {
+			r.c.leases.reportUnreleased()
+		}
 	}
 }
 

@@ -1,7 +1,5 @@
 package client
 
-import "errors"
-
 // maxUnsettledLines bounds the unresolved lines a batch remembers for
 // follow-ups: about 220 bytes each, so at most some 3.6 MB however long the
 // batch (100,000 lines kept without a bound held 19 MB).
@@ -13,7 +11,6 @@ type unsettledLine struct {
 	key                         string
 	line                        int64
 	requests, retries, rechecks int
-	leaseLost                   bool
 }
 
 // unsettledLines remembers, by key, the lines of a batch whose results were
@@ -45,7 +42,6 @@ func (u *unsettledLines) add(r ItemResult) {
 	u.byKey[r.Key] = append(u.byKey[r.Key], unsettledLine{
 		key: r.Key, line: r.Line,
 		requests: r.Requests, retries: r.Retries, rechecks: r.Rechecks,
-		leaseLost: errors.Is(r.Err, ErrLeaseLost),
 	})
 }
 

@@ -34,9 +34,12 @@ func (e errLeasedElsewhere) Error() string {
 	return fmt.Sprintf("key %s is leased by another process until %s", e.rec.Key, e.rec.LeaseExpires.Format(time.RFC3339))
 }
 
-// leaseKeeper renews the leases of the deposits running in this client. Its
-// goroutine runs only while it holds a lease, so a Client still needs no
-// closing.
+// leaseKeeper renews the leases this client holds, each from the moment
+// its claim returns, whoever carries it then (a coalesced claim's leader
+// still running other callers' claims, the batch's look-ahead), until
+// every claim of it was let go: its deposit ended, or a claim made ahead
+// was given up. Its goroutine runs only while it holds a lease, so a
+// Client still needs no closing.
 type leaseKeeper struct {
 	store Store
 	lease dedup.Lease
@@ -46,12 +49,24 @@ type leaseKeeper struct {
 	mu      sync.Mutex
 	held    map[dedup.Ref]*heldLease
 	running bool
+	// extended is when a claim or a renewal last ended, which may have
+	// extended a lease: each lease of this owner ends at most a lease
+	// after it.
+	extended   time.Time
+	unreleased unreleased
 
-	lost atomic.Int64 // leases lost while their deposits ran
+	lost atomic.Int64 // leases given up: not renewed in time, or taken over
 	// renewedAt is when the last renewal that succeeded was sent (or the
 	// keeper started), in Unix nanoseconds: every held lease lasts until
 	// at least a lease after it.
 	renewedAt atomic.Int64
+}
+
+// unreleased counts the leases whose release failed since it was last
+// reported, with the last error.
+type unreleased struct {
+	n    int
+	last error
 }
 
 func newLeaseKeeper(store Store, ttl time.Duration, log *slog.Logger) *leaseKeeper {
@@ -64,8 +79,19 @@ func newLeaseKeeper(store Store, ttl time.Duration, log *slog.Logger) *leaseKeep
 	}
 }
 
-// heldLease is one deposit's hold on its key's lease.
-type heldLease struct{ cancel context.CancelCauseFunc }
+// heldLease is one key's lease in the renewal set. A key is claimed once
+// at a time by its deposit, but a claim made ahead for one line may wait
+// while another line's deposit claims the key again: claims counts the
+// claims not yet let go, and the lease is renewed until none is left.
+type heldLease struct {
+	claims  int
+	holders []*leaseHolder // deposits running under the lease
+	lost    bool           // given up: no longer renewed
+}
+
+// leaseHolder is a deposit running under a lease: its context ends, with
+// cause ErrLeaseLost, when the lease is given up.
+type leaseHolder struct{ cancel context.CancelCauseFunc }
 
 // newOwner names this process in the leases it takes: random, so that two
 // processes (or two clients in one) never share a name.
@@ -73,25 +99,67 @@ func newOwner() string {
 	return fmt.Sprintf("%016x", rand.Uint64())
 }
 
-// hold keeps the lease on ref renewed until drop is called, and returns a
-// context that ends, with cause ErrLeaseLost, if the lease is lost first.
-func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	h := &heldLease{cancel: cancel}
+// claimed puts the lease on ref, which a claim of this owner has just
+// taken, in the renewal set, and returns it for letGo. A lease given up
+// before is replaced: the claim took the key again.
+func (k *leaseKeeper) claimed(ref dedup.Ref) *heldLease {
 	k.mu.Lock()
-	k.held[ref] = h
+	defer k.mu.Unlock()
+	return k.claimedLocked(ref)
+}
+
+func (k *leaseKeeper) claimedLocked(ref dedup.Ref) *heldLease {
+	k.extended = time.Now()
+	h := k.held[ref]
+	if h == nil || h.lost {
+		h = &heldLease{}
+		k.held[ref] = h
+	}
+	h.claims++
 	if !k.running {
 		k.running = true
 		k.renewedAt.Store(time.Now().UnixNano())
 		go k.renew()
 	}
+	return h
+}
+
+// letGo lets go of one claim of h, the lease on ref; the lease leaves the
+// renewal set with its last claim.
+func (k *leaseKeeper) letGo(ref dedup.Ref, h *heldLease) {
+	if h == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h.claims--
+	if h.claims <= 0 && k.held[ref] == h {
+		delete(k.held, ref)
+	}
+}
+
+// hold runs a deposit under the lease on ref, which its claim has just
+// taken (and put in the renewal set), until drop is called, which lets go
+// of the claim. The context returned ends, with cause ErrLeaseLost, if the
+// lease is given up first, or was already.
+func (k *leaseKeeper) hold(ctx context.Context, ref dedup.Ref) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	holder := &leaseHolder{cancel: cancel}
+	k.mu.Lock()
+	h := k.held[ref]
+	if h == nil {
+		h = k.claimedLocked(ref) // a claim that was not put in the set
+	}
+	h.holders = append(h.holders, holder)
+	if h.lost {
+		cancel(ErrLeaseLost)
+	}
 	k.mu.Unlock()
 	return ctx, func() {
 		k.mu.Lock()
-		if k.held[ref] == h {
-			delete(k.held, ref)
-		}
+		h.holders = slices.DeleteFunc(h.holders, func(x *leaseHolder) bool { return x == holder })
 		k.mu.Unlock()
+		k.letGo(ref, h)
 		cancel(nil)
 	}
 }
@@ -108,51 +176,145 @@ func (k *leaseKeeper) left() (time.Duration, bool) {
 	return time.Until(time.Unix(0, k.renewedAt.Load()).Add(k.lease.TTL)), true
 }
 
+// renewing returns the leases to renew now, and false once none is held
+// (the keeper's goroutine then ends).
+func (k *leaseKeeper) renewing() (map[dedup.Ref]*heldLease, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.held) == 0 {
+		k.running = false
+		return nil, false
+	}
+	live := make(map[dedup.Ref]*heldLease, len(k.held))
+	for ref, h := range k.held {
+		if !h.lost {
+			live[ref] = h
+		}
+	}
+	return live, true
+}
+
 // renew renews every held lease each interval until none is held. A lease
-// the store says is no longer ours ends its deposit; when renewals fail for
-// half the lease, every deposit is ended, since another process may take
-// their keys over once the leases expire.
+// the store says is no longer ours is given up; when renewals fail for
+// half the lease, every lease is, since another process may take their
+// keys over once they expire. A lease given up ends the deposits under it
+// and is counted in LeasesLost.
 func (k *leaseKeeper) renew() {
 	tick := time.NewTicker(k.every)
 	defer tick.Stop()
 	for range tick.C {
-		k.mu.Lock()
-		if len(k.held) == 0 {
-			k.running = false
-			k.mu.Unlock()
+		// The leases renewed: a key let go of and claimed again meanwhile
+		// (a later line of the same key) is a new lease, which a renewal
+		// that saw the release must not give up.
+		renewed, ok := k.renewing()
+		if !ok {
 			return
 		}
-		// The holds renewed: a key released and claimed again meanwhile
-		// (a later line of the same key) is a new hold, which a renewal
-		// that saw the release must not end.
-		renewed := maps.Clone(k.held)
+		if len(renewed) == 0 {
+			continue // only leases given up, whose deposits are ending
+		}
 		refs := slices.Collect(maps.Keys(renewed))
-		k.mu.Unlock()
-
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), k.lease.TTL/2)
 		lost, err := k.store.Renew(ctx, k.lease, refs)
+		if err == nil || ctx.Err() != nil || dedup.IsTransient(err) {
+			// A renewal cut off, or broken by a transient error, may
+			// have committed.
+			k.mu.Lock()
+			k.extended = time.Now()
+			k.mu.Unlock()
+		}
 		cancel()
-		if err != nil {
-			if time.Since(time.Unix(0, k.renewedAt.Load())) < k.lease.TTL/2 {
-				k.log.Warn("could not renew leases; trying again", "error", err)
-				continue
+		switch {
+		case err != nil && time.Since(time.Unix(0, k.renewedAt.Load())) < k.lease.TTL/2:
+			k.log.Warn("could not renew leases; trying again", "error", err)
+		case err != nil:
+			if n := k.giveUp(renewed, refs); n > 0 {
+				k.log.Error(fmt.Sprintf("could not renew leases for half their duration: gave up %s, stopping the deposits that hold them", leases(n)),
+					"leases", n, "error", err)
 			}
-			k.log.Error("could not renew leases for half their duration: stopping the deposits that hold them", "error", err)
-			lost = refs
-		} else {
+		default:
 			k.renewedAt.Store(sent.UnixNano())
-		}
-		k.mu.Lock()
-		for _, r := range lost {
-			if h := k.held[r]; h != nil && h == renewed[r] {
-				delete(k.held, r)
-				h.cancel(ErrLeaseLost)
-				k.lost.Add(1)
+			if n := k.giveUp(renewed, lost); n > 0 {
+				k.log.Warn(fmt.Sprintf("%s taken over by another process (not renewed in time): stopping the deposits that hold them", leases(n)),
+					"leases", n)
 			}
 		}
-		k.mu.Unlock()
 	}
+}
+
+// giveUp gives up the leases on refs that are still those renewed, and
+// returns how many it gave up.
+func (k *leaseKeeper) giveUp(renewed map[dedup.Ref]*heldLease, refs []dedup.Ref) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, r := range refs {
+		h := k.held[r]
+		if h == nil || h != renewed[r] || h.lost {
+			continue
+		}
+		h.lost = true
+		for _, holder := range h.holders {
+			holder.cancel(ErrLeaseLost)
+		}
+		n++
+	}
+	k.lost.Add(int64(n))
+	return n
+}
+
+// notReleased notes a lease whose release failed: it expires by itself.
+func (k *leaseKeeper) notReleased(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.unreleased.n++
+	k.unreleased.last = err
+}
+
+// reportUnreleased logs, in one line, how many leases could not be
+// released since the last report, and by when they expire by this
+// machine's clock; nothing when every release went through.
+func (k *leaseKeeper) reportUnreleased() {
+	k.mu.Lock()
+	left, by := k.unreleased, k.extended.Add(k.lease.TTL)
+	k.unreleased = unreleased{}
+	k.mu.Unlock()
+	if left.n == 0 {
+		return
+	}
+	why := "store error"
+	switch {
+	case errors.Is(left.last, ErrStoreUnavailable):
+		why = "store unavailable"
+	case errors.Is(left.last, dedup.ErrClosed):
+		why = "store closed"
+	}
+	it := pick(left.n, "it expires", "they expire")
+	k.log.Warn(fmt.Sprintf("%s could not be released (%s); %s by %s", leases(left.n), why, it, by.Format(time.TimeOnly)),
+		"leases", left.n, "expire_by", by, "error", left.last)
+}
+
+// inBatch reports whether ctx is that of a batch's deposit (Client.Run).
+func inBatch(ctx context.Context) bool {
+	_, ok := ctx.Value(waitKey{}).(func())
+	return ok
+}
+
+// leases is "1 lease" or "n leases".
+func leases(n int) string {
+	if n == 1 {
+		return "1 lease"
+	}
+	return fmt.Sprintf("%d leases", n)
+}
+
+// pick is one when n is 1, else many.
+func pick(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // park waits before a deposit whose key another process holds is tried
@@ -177,8 +339,10 @@ func (c *Client) park(ctx context.Context, drain <-chan struct{}, n int, until t
 	}
 }
 
-// LeasesLost counts the leases this client lost while their deposits ran:
-// each such deposit stopped and is settled by the process that took over.
+// LeasesLost counts the leases this client gave up: taken over by another
+// process, or not renewed for half their duration (the store did not
+// answer). The deposits under them stopped, unresolved; whoever holds the
+// key next settles it. Each is logged when given up.
 func (c *Client) LeasesLost() int64 { return c.leases.lost.Load() }
 
 // leaseError is err, or ErrLeaseLost when ctx ended because the lease was.

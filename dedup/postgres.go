@@ -102,7 +102,9 @@ type pgdb struct {
 // Every other parameter is pgx's: TLS through sslmode (disable, allow,
 // prefer, which is the default, require, verify-ca, verify-full),
 // sslrootcert, sslcert, sslkey; the pool's size through pool_max_conns
-// (by default the larger of 4 and the number of CPUs). The password may
+// (by default the larger of 4 and the number of CPUs); how long making a
+// connection may take through connect_timeout (in seconds, by default 10,
+// where libpq waits forever). The password may
 // also come from PGPASSWORD or a .pgpass file, as with libpq, and is then
 // not in the URL at all. The password is never in an error: errors name
 // the URL with it replaced by xxxxx.
@@ -234,12 +236,17 @@ func (d *pgdb) connect(ctx context.Context, u pgURL, readOnly bool) error {
 	if readOnly {
 		cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that takes the connection and never answers (frozen)
+		// would hold the opening forever: libpq's default, no timeout.
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
 	d.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", d.name, err)
 	}
 	if err := d.pool.Ping(ctx); err != nil {
-		d.pool.Close()
+		closePool(d.pool)
 		return fmt.Errorf("dedup: store %s: %w", d.name, err)
 	}
 	d.q = newPGQueries(pgx.Identifier{d.schema}.Sanitize())
@@ -248,7 +255,7 @@ func (d *pgdb) connect(ctx context.Context, u pgURL, readOnly bool) error {
 		err = d.prepare(ctx, found, readOnly)
 	}
 	if err != nil {
-		d.pool.Close()
+		closePool(d.pool)
 		return err
 	}
 	return nil
@@ -396,13 +403,44 @@ func (d *pgdb) Name() string { return d.name }
 func (d *pgdb) Schema() string { return d.schema }
 
 // Close closes the store's connections. Calls after Close return
-// ErrClosed; Close itself may be called more than once.
+// ErrClosed; Close itself may be called more than once. It waits at most
+// closeWait for the connections to close: see closePool.
 func (d *pgdb) Close() error {
 	if d.isClosed.Swap(true) {
 		return nil
 	}
-	d.pool.Close()
+	closePool(d.pool)
 	return nil
+}
+
+// defaultConnectTimeout bounds a connection's making (TCP, TLS, login)
+// when the URL sets no connect_timeout.
+const defaultConnectTimeout = 10 * time.Second
+
+// closeWait bounds how long closing a pool waits for its connections to
+// close. A healthy server takes milliseconds.
+const closeWait = time.Second
+
+// closePool closes pool, waiting at most closeWait. pgx closes each
+// connection by telling the server and waiting for it to hang up, and one
+// that a deadline broke by sending a cancel request on a new connection
+// first: up to 15 s each (pgxpool's destructor, pgconn's asyncClose), all
+// of it spent when the server does not answer (frozen, or cut off by the
+// network). Past closeWait the close goes on in the background, within
+// pgx's own bounds, and nothing of the store is used again: a process
+// that gave up on its store ends without waiting for it.
+func closePool(pool *pgxpool.Pool) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		pool.Close()
+	}()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-closed:
+	case <-t.C:
+	}
 }
 
 // fail wraps err from an operation on the store, as ErrClosed when the

@@ -123,8 +123,8 @@ stdout: {"total","created","existing","replayed","failed","invalid",
 "unresolved","recovered","unread","skipped","leases_lost","requests","retries",
 "rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over the
 lines read; "unread" counts the non-blank lines a run that stopped early never
-read, "skipped" those left to other shards (--shard); "leases_lost" counts items
-stopped because another process took their key over (they are unresolved);
+read, "skipped" those left to other shards (--shard); "leases_lost" counts the
+leases given up, not renewed in time (their items are unresolved);
 "rechecks" counts the requests (among "requests") that looked again for
 records created after a search found nothing (invenio), replays' included.
 
@@ -694,7 +694,8 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 		fmt.Fprintf(w, "  %s skipped: left to other shards (--shard %s)\n", plural(sum.Skipped, "line"), o.shardSpec)
 	}
 	if sum.LeasesLost > 0 {
-		fmt.Fprintf(w, "  %s stopped: another process took over %s key (this process could not renew its lease in time)\n", plural(sum.LeasesLost, "item"), pick(sum.LeasesLost, "its", "their"))
+		fmt.Fprintf(w, "  %s given up, not renewed in time: %s stopped, unresolved, and another process may take %s over\n",
+			plural(sum.LeasesLost, "lease"), pick(sum.LeasesLost, "its deposit", "their deposits"), pick(sum.LeasesLost, "its key", "their keys"))
 	}
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
