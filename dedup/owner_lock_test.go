@@ -190,3 +190,41 @@ func openAt(t *testing.T, path string) *SQLite {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// BenchmarkClaimManyLeasedElsewhere64 claims, in groups of 64, keys that
+// another live owner (another handle, as another process would) holds: the
+// only claims that test an owner's lock, once per owner and transaction.
+// One op is one key refused.
+func BenchmarkClaimManyLeasedElsewhere64(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	path := filepath.Join(dir, "deposit.db")
+	holder, err := Open(path)
+	require.NoError(b, err)
+	defer holder.Close()
+	s, err := Open(path)
+	require.NoError(b, err)
+	defer s.Close()
+	keys := newKeys(b.N)
+	groups := make([][]Intent, 0, len(keys)/64+1)
+	for i := 0; i < len(keys); i += 64 {
+		group := make([]Intent, 0, 64)
+		for _, k := range keys[i:min(i+64, len(keys))] {
+			group = append(group, Intent{Ref: Ref{Target: target, Key: k}, Body: benchBody})
+		}
+		_, err := holder.ClaimMany(ctx, Lease{Owner: "holder", TTL: time.Hour}, group)
+		require.NoError(b, err)
+		groups = append(groups, group)
+	}
+	b.ResetTimer()
+	for _, group := range groups {
+		got, err := s.ClaimMany(ctx, benchLease, group)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !got[0].Leased {
+			b.Fatal("a live owner's key was taken")
+		}
+	}
+	perSecond(b, b.N, "claims/s")
+}
