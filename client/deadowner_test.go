@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,4 +190,36 @@ func postAsTheKilledProcess(s *repotest.InvenioServer, req request) error {
 		return fmt.Errorf("the late draft got %s", resp.Status)
 	}
 	return nil
+}
+
+// The look-ahead takes over a killed process's key at once, and its claim
+// may then not stand for the deposit's own (here another line of the key
+// began first, and spoiled it). The deposit claims again and finds this
+// process the row's last claimer; it still learns that the killed process
+// claimed it before, and so reports it recovered.
+func TestAKeyClaimedAheadFromAKilledProcessStaysRecovered(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "deposit.db")
+	store := openStoreAt(t, db)
+	c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	require.NoError(t, err)
+	k := c.mustKey(t, `{"n":"claimed by a process killed"}`)
+	claimAndDie(t, db, c.StoreTarget(), "", k.Key)
+
+	var on atomic.Bool
+	on.Store(true)
+	b := newClaimsAhead(c, &on)
+	jobs := []job{{k: &k}}
+	b.claim(context.Background(), jobs)
+	require.NotNil(t, jobs[0].ahead)
+	require.False(t, jobs[0].ahead.got.Leased, "the killed process's lease was taken over ahead")
+	const killed = "a process about to be killed"
+	require.Equal(t, killed, jobs[0].ahead.got.PriorOwner)
+
+	other := ahead{b: b} // another line of the key, with no claim made ahead
+	other.began(k.Key)
+	got, err := c.claim(context.Background(), dedup.Ref{Target: c.StoreTarget(), Key: k.Key}, nil, other, false)
+	require.NoError(t, err)
+	require.Equal(t, killed, got.PriorOwner, "the row's last claimer before this process")
+	_, ok := ahead{b: b, e: jobs[0].ahead}.take()
+	require.False(t, ok, "the spoiled claim made ahead is not used")
 }
