@@ -106,8 +106,9 @@ func (s *SQLite) goneIn() func(owner string) bool {
 // takes such an owner's leases over at once, as if they had expired, and
 // removes its file. It is false while the owner lives, and whenever its
 // death cannot be told: no lock file (an older version of this package,
-// an owner that closed its store, another machine on a shared file
-// system), a system without flock, a closed store. An owner once proven
+// an owner that closed its store), a system without flock, a closed store.
+// The proof needs a local file system: a store on a network one, where
+// flock may not reach other machines, is unsupported. An owner once proven
 // dead is remembered until Close; owner names must never be used again.
 func (s *SQLite) OwnerGone(owner string) bool {
 	return !s.isClosed.Load() && s.owners.gone(owner)

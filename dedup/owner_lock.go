@@ -26,9 +26,12 @@ import (
 //     lock, without waiting. Taken: the owner lives, the key stays leased.
 //     Free, on the file at that name still: the owner died, its lease
 //     counts as expired, and the file is removed. No file (an owner of an
-//     older version, or one that closed its store, or a store shared across
-//     machines, where another machine's locks are not seen): not known to
-//     be dead, so the lease is waited out as before.
+//     older version, or one that closed its store): not known to be dead,
+//     so the lease is waited out as before.
+//
+// flock is reliable on a local file system only. A store on a network file
+// system, where another machine's locks may not be seen, is unsupported,
+// as SQLite's write-ahead log is there.
 //
 // The test runs in the claim's write transaction, so a takeover is atomic
 // with the row it read. An owner proven dead is remembered for the life of

@@ -124,8 +124,7 @@ func TestAKilledOwnersLeaseIsTakenOverByClaim(t *testing.T) {
 }
 
 // Without a lock file (an owner of an older version, one that closed its
-// store, one on another machine) an owner is not presumed dead: its lease
-// is waited out.
+// store) an owner is not presumed dead: its lease is waited out.
 func TestAnOwnerWithoutALockFileIsWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "deposit.db")

@@ -150,7 +150,7 @@ func (p *progress) leaseWait(e client.LeaseWaitEvent) {
 	}
 	p.mu.Unlock()
 	if !p.waitSaid.Swap(true) {
-		p.logf("waiting for keys whose lease another process holds (a run still going, or one whose end this store cannot tell: on another machine, of an older deposit, or on PostgreSQL): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
+		p.logf("waiting for keys whose lease another process holds (a run still going, or one that ended without releasing them and left no lock to tell it: an older deposit's, or any on PostgreSQL): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
 			e.Until.Local().Format("15:04:05"))
 	}
 }
