@@ -44,8 +44,14 @@ type claimsAhead struct {
 	on     *atomic.Bool // the batch's endpoint has accepted a deposit
 	maxAge time.Duration
 
-	mu       sync.Mutex
-	keys     map[string]*claimAhead
+	mu   sync.Mutex
+	keys map[string]*claimAhead
+	// tookOver names, for each key claimed ahead from another owner (a
+	// key another process or an earlier run had claimed), that owner,
+	// until a deposit of the key claims: should the claim made ahead not
+	// stand (stale, or spoiled by another line of the key), the deposit
+	// claims again and finds this process the row's last claimer.
+	tookOver map[string]string
 	waiting  int           // claims made ahead and not yet taken
 	lastTake time.Time     // when a deposit of the batch last took its claim
 	interval time.Duration // between deposits taking their claims, averaged
@@ -72,7 +78,7 @@ type ahead struct {
 }
 
 func newClaimsAhead(c *Client, on *atomic.Bool) *claimsAhead {
-	return &claimsAhead{c: c, on: on, maxAge: c.leases.lease.TTL / 4, keys: map[string]*claimAhead{}}
+	return &claimsAhead{c: c, on: on, maxAge: c.leases.lease.TTL / 4, keys: map[string]*claimAhead{}, tookOver: map[string]string{}}
 }
 
 // active reports whether claims are made ahead now: only once the endpoint
@@ -194,7 +200,30 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		if !got[i].Leased {
 			e.held = c.leases.claimed(e.ref)
 		}
+		if p := got[i].PriorOwner; !got[i].Leased && p != "" && p != c.leases.lease.Owner {
+			b.tookOver[e.key] = p
+		}
 	}
+}
+
+// priorOwner is what a deposit's claim of key learns of the row's last
+// claimer before it, prior, corrected for a claim this batch made ahead
+// from another owner (see tookOver).
+func (a ahead) priorOwner(key, prior string) string {
+	if a.b == nil {
+		return prior
+	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	p, ok := a.b.tookOver[key]
+	if !ok {
+		return prior
+	}
+	delete(a.b.tookOver, key)
+	if prior == a.b.c.leases.lease.Owner {
+		return p
+	}
+	return prior
 }
 
 // began tells b that a deposit of key begins (it leads key's flight); a

@@ -134,5 +134,6 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahea
 			return dedup.Claimed{}, err
 		}
 	}
+	got.PriorOwner = pre.priorOwner(ref.Key, got.PriorOwner)
 	return got, got.Err()
 }

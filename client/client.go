@@ -277,6 +277,7 @@ type Client struct {
 	lookups  lookups
 	leases   *leaseKeeper
 	claims   *claims     // nil unless the store claims groups of keys
+	owners   ownerProver // nil unless the store can prove an owner dead
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
 	seeds    seeding     // the scan of a server for a store that holds nothing
@@ -356,6 +357,7 @@ func New(cfg Config) (*Client, error) {
 	if m, ok := storeAs[manyClaimer](store); ok {
 		c.claims = newClaims(m, c.leases)
 	}
+	c.owners, _ = cfg.Store.(ownerProver) // no store call: nothing to guard
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),

@@ -198,8 +198,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	}
 	// A key another process is sending is parked without a write. The
 	// store decides at the claim, by its own clock; a lease that by this
-	// machine's clock is far from its end need not be put to it.
-	if p := recs[pi]; p != nil && p.LeaseOwner != c.leases.lease.Owner && time.Until(p.LeaseExpires) > c.leases.lease.TTL/2 {
+	// machine's clock is far from its end need not be put to it, unless
+	// the store proves its owner dead.
+	if p := recs[pi]; p != nil && p.LeaseOwner != c.leases.lease.Owner && time.Until(p.LeaseExpires) > c.leases.lease.TTL/2 && !c.ownerGone(p.LeaseOwner) {
 		return r.res, r.end, errLeasedElsewhere{rec: *p}
 	}
 

@@ -92,14 +92,14 @@ func TestAnUnresolvedItemIsDeliveredAtOnceAndFollowedUpWhenItsKeySettles(t *test
 	require.Equal(t, settler+1, followUp, "the follow-up comes right after the result that settled the key")
 
 	fu := got[followUp]
-	require.Equal(t, OutcomeExisting, got[settler].Outcome, "line 150 finds the record line 20's request committed")
+	require.Equal(t, OutcomeCreated, got[settler].Outcome, "line 150 finds the record line 20's request committed: this deposit's own")
 	require.Equal(t, OutcomeReplayed, fu.Outcome)
 	require.NoError(t, fu.Err)
 	require.Equal(t, key, fu.Key)
 	require.Equal(t, got[settler].Identifier, fu.Identifier)
 	require.Equal(t, 1, fu.Requests, "the follow-up counts the request line 20 sent")
 
-	require.Equal(t, Summary{Total: 200, Created: 198, Existing: 1, Replayed: 1,
+	require.Equal(t, Summary{Total: 200, Created: 199, Replayed: 1,
 		Requests: int(h.Stats().Requests), Elapsed: sum.Elapsed}, sum, "line 20 is counted once, settled")
 	require.Equal(t, int64(199), h.Stats().Records, "one record per distinct payload")
 }

@@ -34,6 +34,16 @@ func (e errLeasedElsewhere) Error() string {
 	return fmt.Sprintf("key %s is leased by another process until %s", e.rec.Key, e.rec.LeaseExpires.Format(time.RFC3339))
 }
 
+// ownerProver is a store that can prove a lease's owner dead
+// (*dedup.SQLite, by a lock the owner held until it died): its claims take
+// such an owner's keys over at once, before their leases end.
+type ownerProver interface{ OwnerGone(owner string) bool }
+
+// ownerGone reports whether the store proves owner dead.
+func (c *Client) ownerGone(owner string) bool {
+	return c.owners != nil && c.owners.OwnerGone(owner)
+}
+
 // leaseKeeper renews the leases this client holds, each from the moment
 // its claim returns, whoever carries it then (a coalesced claim's leader
 // still running other callers' claims, the batch's look-ahead), until

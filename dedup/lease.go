@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 )
 
@@ -24,7 +25,12 @@ func checkLease(l Lease) error {
 // failed row keeps its state but is leased all the same: the deposit's
 // later steps run under that lease. When another owner's lease has not
 // expired by the store's clock, nothing changes and the record is returned
-// with an error wrapping ErrLeased.
+// with an error wrapping ErrLeased, unless that owner is proven dead (see
+// OwnerGone): its lease then counts as expired.
+//
+// The first claim of an owner through this handle takes the owner's lock
+// (a file in the folder <store path>-owners, held until Close), which tells
+// other processes that the owner lives.
 func (s *SQLite) Claim(ctx context.Context, target, key string, body []byte, lease Lease) (Record, error) {
 	intents := []Intent{{Ref: Ref{Target: target, Key: key}, Body: body}}
 	if err := checkIntents(lease, intents); err != nil {
@@ -53,13 +59,23 @@ func (s *SQLite) ClaimMany(ctx context.Context, lease Lease, intents []Intent) (
 }
 
 func (s *SQLite) claimMany(ctx context.Context, lease Lease, intents []Intent) ([]Claimed, error) {
+	if s.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	if err := s.owners.hold(lease.Owner); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, &diskFullError{where: s.path, err: err}
+		}
+		return nil, err
+	}
 	out := make([]Claimed, len(intents))
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		now := s.stamp()
 		expires := now + lease.TTL.Microseconds()
 		insert, claim, get := tx.Stmt(s.stClaimNew), tx.Stmt(s.stClaim), tx.Stmt(s.stGet)
+		gone := s.goneIn()
 		for i, in := range intents {
-			c, err := claimOne(insert, claim, get, in, lease.Owner, now, expires)
+			c, err := claimOne(insert, claim, get, gone, in, lease.Owner, now, expires)
 			if err != nil {
 				return err
 			}
@@ -70,9 +86,38 @@ func (s *SQLite) claimMany(ctx context.Context, lease Lease, intents []Intent) (
 	return out, err
 }
 
+// goneIn returns the test of a claim transaction for a lease's owner being
+// dead: OwnerGone, asked once per owner in the transaction.
+func (s *SQLite) goneIn() func(owner string) bool {
+	seen := map[string]bool{}
+	return func(owner string) bool {
+		dead, ok := seen[owner]
+		if !ok {
+			dead = s.owners.gone(owner)
+			seen[owner] = dead
+		}
+		return dead
+	}
+}
+
+// OwnerGone reports whether owner, which claimed keys in this store, is
+// proven dead: its lock file is in place and no process holds its lock, so
+// the operating system freed it when the owner's process ended. A claim
+// takes such an owner's leases over at once, as if they had expired, and
+// removes its file. It is false while the owner lives, and whenever its
+// death cannot be told: no lock file (an older version of this package,
+// an owner that closed its store), a system without flock, a closed store.
+// The proof needs a local file system: a store on a network one, where
+// flock may not reach other machines, is unsupported. An owner once proven
+// dead is remembered until Close; owner names must never be used again.
+func (s *SQLite) OwnerGone(owner string) bool {
+	return !s.isClosed.Load() && s.owners.gone(owner)
+}
+
 // claimOne runs one claim inside a transaction; insert, claim and get are
-// the store's statements bound to it.
-func claimOne(insert, claim, get *sql.Stmt, in Intent, owner string, now, expires int64) (Claimed, error) {
+// the store's statements bound to it, gone the transaction's test for a
+// dead owner.
+func claimOne(insert, claim, get *sql.Stmt, gone func(string) bool, in Intent, owner string, now, expires int64) (Claimed, error) {
 	// The common case, a key never seen, is a plain insert whose row is
 	// known without reading it back.
 	res, err := insert.Exec(in.Target, in.Key, blob(in.Body), now, owner, expires)
@@ -90,7 +135,13 @@ func claimOne(insert, claim, get *sql.Stmt, in Intent, owner string, now, expire
 	if err != nil {
 		return Claimed{}, err
 	}
-	rec, err := scanRecord(claim.QueryRow(in.Target, in.Key, blob(in.Body), now, owner, expires))
+	// Another owner's live lease is tested for its owner's death only
+	// here, under the write lock: a takeover is atomic with what it read.
+	var dead any // NULL: no owner proven dead
+	if o := prior.LeaseOwner; o != owner && prior.LeaseExpires.UnixMicro() > now && gone(o) {
+		dead = o
+	}
+	rec, err := scanRecord(claim.QueryRow(in.Target, in.Key, blob(in.Body), now, owner, expires, dead))
 	if errors.Is(err, sql.ErrNoRows) { // another owner's live lease
 		return Claimed{Record: prior, Leased: true, PriorOwner: prior.LeaseOwner}, nil
 	}

@@ -36,6 +36,8 @@ func TestHelperProcess(t *testing.T) {
 		err = raceChild()
 	case "hold":
 		err = holdChild()
+	case "claim":
+		err = claimChild()
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

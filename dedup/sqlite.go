@@ -142,6 +142,8 @@ type SQLite struct {
 	stMarkDone, stClaimNew, stClaim                                  *sql.Stmt // on wdb
 	stLookup, stLookupMany, stLookupDone                             *sql.Stmt // on rdb
 
+	owners *ownerLocks // the claimers' locks, which tell a dead one (owner_lock.go)
+
 	mu         sync.RWMutex // guards sending on queue against Close
 	closed     bool
 	isClosed   atomic.Bool
@@ -180,6 +182,7 @@ func Open(path string, opts ...Option) (*SQLite, error) {
 		s.closeDBs()
 		return nil, s.full(err)
 	}
+	s.owners = newOwnerLocks(abs)
 	go s.writer()
 	return s, nil
 }
@@ -360,7 +363,11 @@ func (s *SQLite) Close() error {
 	close(s.queue)
 	s.mu.Unlock()
 	<-s.writerDone
-	return s.closeDBs()
+	err := s.closeDBs()
+	// Only now, when this handle can write nothing more, are its owners'
+	// locks freed.
+	s.owners.close()
+	return err
 }
 
 func (s *SQLite) closeDBs() error {
@@ -446,13 +453,14 @@ const (
 		VALUES (?1, ?2, 'pending', ?3, 1, ?4, ?4, ?5, ?6)
 		ON CONFLICT (target, key) DO NOTHING`
 	// sqlClaim takes the lease of an existing row unless another owner's
-	// lease is live; only a pending row counts one more attempt.
+	// lease is live; only a pending row counts one more attempt. ?7, when
+	// not NULL, is an owner proven dead, whose lease counts as expired.
 	sqlClaim = `UPDATE records SET
 			attempts = attempts + (state = 'pending'),
 			body = CASE WHEN state = 'pending' THEN coalesce(body, ?3) ELSE body END,
 			updated_at = CASE WHEN state = 'pending' THEN ?4 ELSE updated_at END,
 			lease_owner = ?5, lease_expires = ?6
-		WHERE target = ?1 AND key = ?2 AND (lease_owner = ?5 OR lease_expires <= ?4)
+		WHERE target = ?1 AND key = ?2 AND (lease_owner = ?5 OR lease_expires <= ?4 OR lease_owner = ?7)
 		RETURNING ` + recordCols
 	sqlRenew = `UPDATE records SET lease_expires = ?4 WHERE target = ?1 AND key = ?2 AND lease_owner = ?3 AND lease_expires <> 0`
 	// sqlRelease ends the lease but keeps its owner, the key's last

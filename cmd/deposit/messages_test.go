@@ -161,7 +161,8 @@ func TestARunSaysItWaitsForAnotherProcesssLeases(t *testing.T) {
 	input := filepath.Join(dir, "in.jsonl")
 	require.NoError(t, os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
 
-	// A process that claimed the keys and died: its leases run 3 s more.
+	// A process that claimed the keys and died, leaving no lock file: its
+	// leases run 3 s more.
 	claimAsADeadProcess(t, db, "put "+srv.URL, lines, 3*time.Second)
 
 	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", db, input)
@@ -173,8 +174,9 @@ func TestARunSaysItWaitsForAnotherProcesssLeases(t *testing.T) {
 }
 
 // claimAsADeadProcess leaves in the store at db what a process that claimed
-// each line's key under target and then died leaves: pending rows whose
-// lease ends ttl from now.
+// each line's key under target and then died leaves, where the store cannot
+// tell that it died (it left no lock file: it closed its store, or it ran
+// an older deposit): pending rows whose lease ends ttl from now.
 func claimAsADeadProcess(t *testing.T, db, target string, lines []string, ttl time.Duration) {
 	t.Helper()
 	st, err := dedup.Open(db)

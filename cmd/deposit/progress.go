@@ -142,6 +142,9 @@ func (p *progress) Write(b []byte) (int, error) {
 // leaseWait follows the deposits waiting for another process's lease
 // (client.Hooks.OnLeaseWait). The first wait is said on a line of its own,
 // since a re-run after a kill can otherwise sit silent for a lease's length.
+// Only waits are counted, not every key met leased: a key whose holder the
+// store proves dead (a local SQLite store, see dedup.SQLite.OwnerGone) is
+// taken over at once and never waited for.
 func (p *progress) leaseWait(e client.LeaseWaitEvent) {
 	if e.Done {
 		p.waiting.Add(-1)
@@ -154,7 +157,7 @@ func (p *progress) leaseWait(e client.LeaseWaitEvent) {
 	}
 	p.mu.Unlock()
 	if !p.waitSaid.Swap(true) {
-		p.logf("waiting for keys whose lease another process holds (a run still going, or one killed before it released them): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
+		p.logf("waiting for keys whose lease another process holds (a run still going, or one that ended without releasing them and left no lock to tell it: an older deposit's, or any on PostgreSQL): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
 			e.Until.Local().Format("15:04:05"))
 	}
 }

@@ -131,8 +131,9 @@ records created after a search found nothing (invenio), replays' included.
 Fleets: processes sharing one --db (a SQLite file on one machine, or a
 postgres:// URL) split the work by key without further setup: each key is
 leased to one process while it is sent; a key another live process holds is
-waited for and reported replayed; a dead process's keys are taken over once
-its lease (--lease) expires.
+waited for and reported replayed; a dead process's keys are taken over at once
+where the store can tell it died (a SQLite file on a local disk), else once its
+lease (--lease) expires.
 --results FILE: one JSON object per non-blank line, in completion order:
 {"line","key","outcome","identifier","record","status","error"}, absent values
 omitted; "record" is the record id beside the DOI under --protocol invenio.
@@ -161,7 +162,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", client.DataCiteRate, client.InvenioRate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
-	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that")
+	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that, or at once on a local SQLite file")
 	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see docs/design.md)")
 	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
 	fs.StringVar(&o.datasets, "datasets", "", "deposit datasets: each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`; the key covers the files' bytes")
