@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"time"
 )
 
 // A lease only says when its owner stops counting; a process killed with
@@ -24,10 +26,13 @@ import (
 //     open, and locked, until Close, which removes it.
 //   - A claim that meets another owner's live lease tries that owner's
 //     lock, without waiting. Taken: the owner lives, the key stays leased.
-//     Free, on the file at that name still: the owner died, its lease
-//     counts as expired, and the file is removed. No file (an owner of an
-//     older version, or one that closed its store): not known to be dead,
-//     so the lease is waited out as before.
+//     Free, on the file at that name still: the owner died, and its lease
+//     counts as expired. The file stays, so that every other process on
+//     the store proves the same; a dead owner's file older than
+//     staleOwnerFile is swept when an owner next takes its lock. No file
+//     (an owner of an older version, one that closed its store, or a dead
+//     one swept): not known to be dead, so the lease is waited out as
+//     before.
 //
 // flock is reliable on a local file system only. A store on a network file
 // system, where another machine's locks may not be seen, is unsupported,
@@ -83,7 +88,41 @@ func (o *ownerLocks) hold(owner string) error {
 		return fmt.Errorf("owner lock in %s: %w", o.dir, err)
 	}
 	o.held[owner] = f
+	o.sweep()
 	return nil
+}
+
+// staleOwnerFile is the age past which a dead owner's lock file is swept.
+// It only needs to outlive the dead owner's leases (30 s by default): a
+// file swept early makes another process wait out a lease, never take a
+// live one.
+const staleOwnerFile = 24 * time.Hour
+
+// sweep removes the files of dead owners (and the temporary files of
+// owners killed while creating theirs) older than staleOwnerFile. o.mu is
+// held.
+func (o *ownerLocks) sweep() {
+	entries, err := os.ReadDir(o.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < staleOwnerFile {
+			continue
+		}
+		name := filepath.Join(o.dir, e.Name())
+		if strings.HasSuffix(name, ".tmp") {
+			_ = os.Remove(name)
+			continue
+		}
+		if f, err := os.Open(name); err == nil {
+			if freeAtName(f, name) {
+				_ = os.Remove(name)
+			}
+			f.Close()
+		}
+	}
 }
 
 // create makes owner's lock file, locked before it appears under its name.
@@ -141,9 +180,9 @@ func (o *ownerLocks) gone(owner string) bool {
 	return true
 }
 
-// provedDead tries owner's lock without waiting and removes the file of
-// an owner it proves dead; should that fail, another handle's test finds
-// the lock free again and proves the same.
+// provedDead tries owner's lock without waiting. The file of an owner it
+// proves dead stays, its lock free again once f is closed, so that other
+// handles prove the same.
 func (o *ownerLocks) provedDead(owner string) bool {
 	name := o.file(owner)
 	f, err := os.Open(name)
@@ -151,11 +190,7 @@ func (o *ownerLocks) provedDead(owner string) bool {
 		return false // no file: not known to be dead
 	}
 	defer f.Close()
-	if !freeAtName(f, name) {
-		return false
-	}
-	_ = os.Remove(name)
-	return true
+	return freeAtName(f, name)
 }
 
 // freeAtName takes f's lock without waiting and reports whether it got it

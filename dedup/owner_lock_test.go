@@ -71,8 +71,9 @@ func requireFlock(t *testing.T) {
 }
 
 // A process killed with SIGKILL leaves its claims with 10 minutes to run;
-// the next claim takes them over at once, as after an expiry, and removes
-// the dead owner's lock file. While it lived, the same claim was refused.
+// the next claim takes them over at once, as after an expiry, and another
+// handle proves the death as well. While it lived, the same claim was
+// refused.
 func TestAKilledOwnersLeasesAreTakenOverAtOnce(t *testing.T) {
 	requireFlock(t)
 	ctx := context.Background()
@@ -104,7 +105,37 @@ func TestAKilledOwnersLeasesAreTakenOverAtOnce(t *testing.T) {
 		require.Equal(t, crashBody(c.Record.Key), c.Record.Body, "the body first claimed is kept")
 	}
 	require.True(t, s.OwnerGone("child"))
-	require.NoFileExists(t, lockFile, "a dead owner's file is removed")
+	require.FileExists(t, lockFile, "a dead owner's file stays, for other processes to prove the same")
+	other := openAt(t, path)
+	require.True(t, other.OwnerGone("child"), "another handle proves the death too")
+}
+
+// A dead owner's file past staleOwnerFile is swept when an owner next takes
+// its lock; a live owner's file, however old, is not.
+func TestOldFilesOfDeadOwnersAreSwept(t *testing.T) {
+	requireFlock(t)
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "deposit.db")
+	kill := startClaimer(t, path, "dead", 1)
+	kill()
+	live := openAt(t, path)
+	_, err := live.Claim(ctx, target, "k-live", nil, Lease{Owner: "live", TTL: time.Minute})
+	require.NoError(t, err)
+	old := time.Now().Add(-staleOwnerFile - time.Hour)
+	for _, owner := range []string{"dead", "live"} {
+		require.NoError(t, os.Chtimes(live.owners.file(owner), old, old))
+	}
+	tmp := live.owners.file("killed") + ".0000000000000001.tmp"
+	require.NoError(t, os.WriteFile(tmp, nil, 0o666))
+	require.NoError(t, os.Chtimes(tmp, old, old))
+
+	s := openAt(t, path)
+	_, err = s.Claim(ctx, target, "k-new", nil, Lease{Owner: "new", TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoFileExists(t, s.owners.file("dead"), "a dead owner's old file is swept")
+	require.NoFileExists(t, tmp, "an old temporary file is swept")
+	require.FileExists(t, s.owners.file("live"), "a live owner's file stays")
+	require.False(t, s.OwnerGone("live"))
 }
 
 // One key claimed alone (Claim) is taken over the same way, and another
