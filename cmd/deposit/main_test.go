@@ -366,6 +366,7 @@ func TestRunDatasetsKeysOnFileBytes(t *testing.T) {
 	recs := srv.Records()
 	require.Len(t, recs, 1)
 	require.Contains(t, string(recs[0].Body), `"sha256"`)
+	require.Contains(t, r.stderr, "--datasets: put stores each dataset's document (its files' paths, SHA-256 and sizes), not the files' bytes", "a user expecting the files stored is told")
 
 	k := deposit(t, nil, "key", "--datasets", data, input)
 	require.Equal(t, exitFailed, k.code)

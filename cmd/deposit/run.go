@@ -51,15 +51,15 @@ type runOptions struct {
 	dataciteEvent string
 	noPublish     bool
 	settle        time.Duration
-	searchRate    float64
+	searchRate    rateFlag
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
 }
 
-// rateFlag is --rate: requests per second, and whether the flag was given,
-// since an explicit 0 means no limit where an absent --rate leaves the
-// target's default.
+// rateFlag is --rate or --search-rate: a rate per second, and whether the
+// flag was given, since an explicit 0 means no limit where an absent flag
+// leaves the target's default.
 type rateFlag struct {
 	v   float64
 	set bool
@@ -81,7 +81,8 @@ func (r *rateFlag) Set(s string) error {
 	return nil
 }
 
-// clientRate is the Config.Rate of the flag.
+// clientRate is the flag as the library takes a rate (Config.Rate,
+// Invenio.SearchRate): 0 for the default, negative for no limit.
 func (r rateFlag) clientRate() float64 {
 	if r.set && r.v == 0 {
 		return client.NoRateLimit
@@ -172,7 +173,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
-	fs.Float64Var(&o.searchRate, "search-rate", 0, "invenio: searches per second, within --rate (default 0.45, inside Zenodo's 30 a minute)")
+	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", client.InvenioSearchRate))
 	fs.DurationVar(&o.settle, "settle", 0, "invenio: how long the search index may lag before a draft not found is trusted absent (default 5s)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -191,7 +192,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--max-attempts must be at least 1")
 	case o.maxElapsed <= 0:
 		return c.usageError(s, "--max-elapsed must be positive")
-	case o.rate.v < 0 || o.searchRate < 0:
+	case o.rate.v < 0 || o.searchRate.v < 0:
 		return c.usageError(s, "--rate and --search-rate must not be negative")
 	case o.lease < 100*time.Millisecond:
 		return c.usageError(s, "--lease must be at least 100ms")
@@ -269,7 +270,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate}, s.getenv)
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate()}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
@@ -290,6 +291,9 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if o.datasets != "" {
 		if fi, err := os.Stat(o.datasets); err != nil || !fi.IsDir() {
 			return none, c.usageError(s, "--datasets %s: not a directory", o.datasets)
+		}
+		if !specOf(proto).storesFiles {
+			fmt.Fprintf(s.stderr, "deposit run: --datasets: %s stores each dataset's document (its files' paths, SHA-256 and sizes), not the files' bytes; s3, couchdb and invenio store the files\n", proto)
 		}
 	}
 

@@ -50,6 +50,7 @@ func TestTheSummaryOffersRetryFailedOnlyWhereItHelps(t *testing.T) {
 
 // --rate 0 is no limit under every target; only a --rate left out gives the
 // target its default (2.5 requests/s under datacite, 1.5 under invenio).
+// --search-rate is the same flag type: 0 is no limit, left out the default.
 func TestAnExplicitRateZeroSetsNoLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name string

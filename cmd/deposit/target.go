@@ -46,6 +46,9 @@ type targetSpec struct {
 	// probes: the target writes with a conditional create that
 	// deposit probe can try.
 	probes bool
+	// storesFiles: under --datasets the target stores the files' bytes, not
+	// only the dataset document that lists them.
+	storesFiles bool
 	// hint says what an answer with this status means for this target, in
 	// terms of flags and environment variables; "" defers to the hints
 	// every target shares.
@@ -94,8 +97,9 @@ var targetSpecs = map[string]targetSpec{
 		},
 		// Requests are signed; an Authorization header would replace the
 		// signature.
-		authorize: func(http.Header, func(string) string) error { return nil },
-		probes:    true,
+		authorize:   func(http.Header, func(string) string) error { return nil },
+		probes:      true,
+		storesFiles: true,
 		hint: func(status int) string {
 			switch status {
 			case http.StatusUnauthorized, http.StatusForbidden:
@@ -110,7 +114,7 @@ var targetSpecs = map[string]targetSpec{
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
 			return client.CouchDB{Endpoint: f.endpoint}, nil
 		},
-		probes: true,
+		probes: true, storesFiles: true,
 		hint: func(status int) string {
 			if status == http.StatusNotFound {
 				return "no such database: --endpoint must be the database URL, and the database must exist"
@@ -149,7 +153,7 @@ var targetSpecs = map[string]targetSpec{
 		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
 			return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
 		},
-		flags: []string{"no-publish", "settle", "search-rate"},
+		flags: []string{"no-publish", "settle", "search-rate"}, storesFiles: true,
 		authorize: func(header http.Header, getenv func(string) string) error {
 			auth := cmp.Or(header.Get("Authorization"), getenv("DEPOSIT_AUTHORIZATION"))
 			if auth == "" {

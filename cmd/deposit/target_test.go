@@ -24,6 +24,13 @@ func TestEveryProtocolHasOneTargetSpec(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{protocol.Put, protocol.WebDAV, protocol.S3, protocol.CouchDB}, probed())
+	var files []string
+	for _, name := range protocol.Names() {
+		if targetSpecs[name].storesFiles {
+			files = append(files, name)
+		}
+	}
+	require.Equal(t, []string{protocol.S3, protocol.CouchDB, protocol.Invenio}, files, "the targets that store a dataset's files")
 }
 
 // runFlags names deposit run's flags, as its help lists them.
