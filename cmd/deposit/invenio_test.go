@@ -88,10 +88,17 @@ func TestRunDepositsDatasetsOnceToInvenio(t *testing.T) {
 		require.Equal(t, first[row["line"].(float64)], [2]string{row["identifier"].(string), row["record"].(string)})
 	}
 
-	t.Run("no token is a usage error", func(t *testing.T) {
+	t.Run("no token, for a server on this machine that asks for one, stops the run", func(t *testing.T) {
 		r := deposit(t, nil, args(filepath.Join(dir, "other.db"))...)
 		require.Equal(t, exitStop, r.code, r.stderr)
 		require.Contains(t, r.stderr, "DEPOSIT_AUTHORIZATION")
+	})
+	t.Run("no token for a server elsewhere is a usage error", func(t *testing.T) {
+		remote := args(filepath.Join(dir, "remote.db"))
+		remote[4] = "https://repo.example.org/api"
+		r := deposit(t, nil, remote...)
+		require.Equal(t, exitStop, r.code, r.stderr)
+		require.Contains(t, r.stderr, "invenio: set DEPOSIT_AUTHORIZATION to your personal access token")
 	})
 	t.Run("a wrong token stops the run", func(t *testing.T) {
 		r := deposit(t, map[string]string{"DEPOSIT_AUTHORIZATION": "n0tmine"}, args(filepath.Join(dir, "other2.db"))...)
@@ -207,4 +214,19 @@ func TestServeRunsTheInvenioStub(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, post(""))
 	require.Equal(t, http.StatusCreated, post("Bearer abc"))
 	require.Contains(t, h.counters(), "1 drafts created")
+}
+
+// The local stub (deposit serve --protocol invenio) asks for no token
+// unless one is set: a run against it on this machine needs none either.
+func TestRunToALocalInvenioNeedsNoToken(t *testing.T) {
+	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{IndexLag: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	input := writeFile(t, dir, "records.jsonl",
+		`{"metadata":{"title":"Reef temperature 2025","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}}}`)
+	r := deposit(t, nil, "run", "--protocol", "invenio", "--endpoint", srv.API, "--rate", "0", "--settle", "10ms",
+		"--db", filepath.Join(dir, "d.db"), "--json", input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Len(t, srv.Records(), 1)
 }

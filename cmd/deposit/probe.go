@@ -82,7 +82,7 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 	if !specOf(proto).probes {
 		return c.usageError(s, "--protocol %s has no conditional create to probe: use %s", proto, strings.Join(probed(), ", "))
 	}
-	if err := authorize(proto, header, s.getenv); err != nil {
+	if err := authorize(proto, o.endpoint, header, s.getenv); err != nil {
 		return c.usageError(s, "%v", err)
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint}, s.getenv)

@@ -285,7 +285,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
-	if err := authorize(proto, header, s.getenv); err != nil {
+	if err := authorize(proto, o.endpoint, header, s.getenv); err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
 	if o.datasets != "" {
