@@ -118,6 +118,9 @@ type CrossrefRecord struct {
 //     is less or equal to previously submitted version (DOI match)" when
 //     the head's <timestamp> is not greater than the registered one, which
 //     also fails every repeat of a DOI within one batch (pkp/pkp-lib#3428).
+//     Logs of 2023-24 end that message with the stored number instead
+//     (hydroshare/hydroshare#5320, thoth-pub/thoth#475): a client should
+//     match its prefix only.
 //     A re-deposit with a greater timestamp replaces the record: the DOI is
 //     the key, never a second record. A deposit that is not well-formed XML
 //     is one Failure with an empty <doi/> and msg_id 29; one without a
@@ -140,20 +143,25 @@ type CrossrefRecord struct {
 //     (https://www.crossref.org/documentation/retrieve-metadata/xml-api/).
 //   - GET /works/{doi} is the REST API's view
 //     (https://api.crossref.org/swagger-ui/index.html): the record as it was
-//     WorksLag ago, else 404 "Resource not found.".
+//     WorksLag ago, else 404 "Resource not found.". Crossref's view lags
+//     about an hour, at times a day; it shows the DOI and the deposited
+//     date here, nothing else.
 //
-// Faults (Config.Faults) apply to uploads, numbered by file name: a reset,
-// 429 or 503 strikes before anything is queued, the 503 with HAProxy's "No
-// server is available to handle this request." (CDLUC3/ezid#904); a 500,
+// Faults (Config.Faults) apply to uploads, numbered by file name: a 500,
 // 502 or 504 strikes after the upload was queued, so it is processed anyway
-// (pkp/pkp-lib#7442); a drop queues and hangs up. With the reads rule,
-// downloads are numbered by file name, queries and works views by DOI.
+// (pkp/pkp-lib#7442; the safe reading of any 5xx after the file was sent);
+// a drop queues and hangs up; a slow answer queues and trickles; a reset,
+// 409, 429 or 503 strikes before anything is queued, a 503 worded as
+// HAProxy's "No server is available to handle this request."
+// (CDLUC3/ezid#904). With the reads rule, downloads are numbered by file
+// name, queries and works views by DOI.
 //
 // What it leaves out: one user, whose login also queries; no XSD validation
 // beyond the elements above, no metadata checks, no resource-only, delete or
 // reference deposits, no emails, no prefix ownership (any DOI is
 // accepted), no content negotiation or other query formats (format other
-// than unixsd is a 400), no persistence. Conflicts compare the element that
+// than unixsd is a 400), no persistence, and not the separate
+// /v2/deposits route whose 500 pkp/pkp-lib#7442 met. Conflicts compare the element that
 // holds a doi_data (its text and attributes, the doi_data left out), not
 // Crossref's own matching rules. The HTML of the deposit answers and the
 // exact text of a 401, a 400 and unknown_submission are this stub's own.
@@ -622,18 +630,21 @@ func (c *Crossref) find(name, batchID string, now time.Time) *crSubmission {
 
 // crDiagnostic is the result download's document.
 type crDiagnostic struct {
-	XMLName      xml.Name   `xml:"doi_batch_diagnostic"`
-	Status       string     `xml:"status,attr"`
-	SP           string     `xml:"sp,attr"`
-	SubmissionID *int64     `xml:"submission_id"`
-	BatchID      *string    `xml:"batch_id"`
-	Records      []crResult `xml:"record_diagnostic"`
-	BatchData    *struct {
-		RecordCount  int `xml:"record_count"`
-		SuccessCount int `xml:"success_count"`
-		WarningCount int `xml:"warning_count"`
-		FailureCount int `xml:"failure_count"`
-	} `xml:"batch_data"`
+	XMLName      xml.Name     `xml:"doi_batch_diagnostic"`
+	Status       string       `xml:"status,attr"`
+	SP           string       `xml:"sp,attr"`
+	SubmissionID *int64       `xml:"submission_id"`
+	BatchID      *string      `xml:"batch_id"`
+	Records      []crResult   `xml:"record_diagnostic"`
+	BatchData    *crBatchData `xml:"batch_data"`
+}
+
+// crBatchData counts the record diagnostics of a completed submission.
+type crBatchData struct {
+	RecordCount  int `xml:"record_count"`
+	SuccessCount int `xml:"success_count"`
+	WarningCount int `xml:"warning_count"`
+	FailureCount int `xml:"failure_count"`
 }
 
 // diagnostic renders the result of sub as it stands now; nil is
@@ -650,12 +661,7 @@ func (c *Crossref) diagnostic(sub *crSubmission, now time.Time) []byte {
 			d.Status, batchID = "in_process", sub.deposit.batchID
 		default:
 			d.Status, batchID, d.Records = "completed", sub.deposit.batchID, sub.results
-			d.BatchData = &struct {
-				RecordCount  int `xml:"record_count"`
-				SuccessCount int `xml:"success_count"`
-				WarningCount int `xml:"warning_count"`
-				FailureCount int `xml:"failure_count"`
-			}{RecordCount: len(sub.results)}
+			d.BatchData = &crBatchData{RecordCount: len(sub.results)}
 			for _, res := range sub.results {
 				switch res.Status {
 				case "Success":
@@ -704,9 +710,8 @@ func (c *Crossref) query(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&b, "<query status=\"unresolved\"><doi>%s</doi></query>\n", xmlEscape(doi))
 	} else {
 		fmt.Fprintf(&b, "<query status=\"resolved\"><doi>%s</doi>\n"+
-			"<crm-item name=\"deposit-timestamp\" type=\"number\">%d</crm-item>\n"+
-			"<crm-item name=\"last-update\" type=\"date\">%s</crm-item>\n</query>\n",
-			xmlEscape(rec.doi), rec.timestamp, rec.history[len(rec.history)-1].at.UTC().Format(time.RFC3339))
+			"<crm-item name=\"deposit-timestamp\" type=\"number\">%d</crm-item>\n</query>\n",
+			xmlEscape(rec.doi), rec.timestamp)
 	}
 	b.WriteString("</body>\n</query_result>\n</crossref_result>\n")
 	c.mu.Unlock()
