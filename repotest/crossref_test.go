@@ -489,3 +489,26 @@ func TestCrossrefRefusesNegativeConfig(t *testing.T) {
 		require.ErrorIs(t, err, ErrConfig)
 	}
 }
+
+func TestCrossrefAnswersTheUploadedFileAndRefusesWhatItCannotServe(t *testing.T) {
+	s := startCrossref(t, CrossrefConfig{}, nil)
+	c := s.Client()
+	doc := crXML("k", 1, crArticle{"10.5555/k", "k"})
+	crUpload(t, s, "k.xml", doc)
+	q := url.Values{"usr": {crLogin}, "pwd": {crPassword}, "file_name": {"k.xml"}, "type": {"contents"}}
+	a := mustSend(t, c, http.MethodGet, s.URL+"/servlet/submissionDownload?"+q.Encode(), "")
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, doc, string(a.body))
+
+	q.Set("type", "")
+	a = mustSend(t, c, http.MethodGet, s.URL+"/servlet/submissionDownload?"+q.Encode(), "")
+	require.Equal(t, http.StatusBadRequest, a.status, "type is mandatory")
+	a = mustSend(t, c, http.MethodGet, s.URL+"/servlet/deposit", "")
+	require.Equal(t, http.StatusMethodNotAllowed, a.status)
+	a = mustSend(t, c, http.MethodPost, s.URL+"/servlet/deposit", "operation=doMDUpload", "Content-Type", "application/x-www-form-urlencoded")
+	require.Equal(t, http.StatusBadRequest, a.status, "not multipart")
+	q = url.Values{"pid": {crLogin + ":" + crPassword}, "format": {"unixref"}, "id": {"10.5555/k"}}
+	a = mustSend(t, c, http.MethodGet, s.URL+"/servlet/query?"+q.Encode(), "")
+	require.Equal(t, http.StatusBadRequest, a.status, "only unixsd")
+	require.Equal(t, int64(1), s.Stats().Uploads)
+}
