@@ -114,10 +114,11 @@ type CrossrefRecord struct {
 //     one record_diagnostic: Success "Successfully added" or "Successfully
 //     updated"; Warning "Added with conflict" (or "Updated with conflict")
 //     with conflict_id and dois_in_conflict when another DOI holds identical
-//     metadata; Failure "Record not processed because submitted version: N
-//     is less or equal to previously submitted version (DOI match)" when
-//     the head's <timestamp> is not greater than the registered one, which
-//     also fails every repeat of a DOI within one batch (pkp/pkp-lib#3428).
+//     metadata; Failure msg_id 4 "Record not processed because submitted
+//     version: N is less or equal to previously submitted version (DOI
+//     match)" (the words and msg_id of pkp/pkp-lib#2409) when the head's
+//     <timestamp> is not greater than the registered one, which also fails
+//     every repeat of a DOI within one batch (pkp/pkp-lib#3428).
 //     Logs of 2023-24 end that message with the stored number instead
 //     (hydroshare/hydroshare#5320, thoth-pub/thoth#475): a client should
 //     match its prefix only.
@@ -541,7 +542,7 @@ func (c *Crossref) register(d crDeposited, sub *crSubmission, now time.Time) crR
 	rec := c.records[key]
 	if rec != nil && ts <= rec.timestamp {
 		c.stats.StaleRefused++
-		return crResult{Status: "Failure", DOI: d.doi, Msg: fmt.Sprintf(
+		return crResult{Status: "Failure", MsgID: "4", DOI: d.doi, Msg: fmt.Sprintf(
 			"Record not processed because submitted version: %d is less or equal to previously submitted version (DOI match)", ts)}
 	}
 	verb := "added"

@@ -230,6 +230,7 @@ func TestCrossrefTimestampIsAnOptimisticVersion(t *testing.T) {
 		require.Equal(t, "Failure", d.Records[0].Status, file)
 		require.True(t, strings.HasPrefix(d.Records[0].Msg, "Record not processed because submitted version: "), d.Records[0].Msg)
 		require.Contains(t, d.Records[0].Msg, "is less or equal to previously submitted version")
+		require.Equal(t, "4", d.Records[0].MsgID)
 		require.Equal(t, 1, d.Counts.Failures, file)
 	}
 	d := crResultOf(t, s, "v2.xml")
