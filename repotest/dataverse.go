@@ -130,7 +130,9 @@ type DataverseFile struct {
 //     "java.util.stream.ReferencePipeline$3@..." of Dataverse 5.11 and
 //     later; a subject outside the vocabulary is a 400 "Error parsing
 //     Json: Value 'X' does not exist in type 'subject'". An unknown alias
-//     is a 404 "Can't find dataverse with identifier='X'".
+//     is a 404 "Can't find dataverse with identifier='X'"; a body without
+//     datasetVersion a 400 "Please provide initial version in the dataset
+//     json".
 //   - POST /api/datasets/{id}/add (id numeric, or :persistentId with
 //     ?persistentId=) takes multipart parts "file" and "jsonData" and
 //     answers 200 {"data":{"files":[...]}}. Nothing is arbitrated: the
@@ -191,7 +193,8 @@ type DataverseFile struct {
 // workflows, guestbooks, file PIDs, or persistence. Metadata is checked
 // only for the five required citation fields and the subject vocabulary;
 // a dataset without a license or terms is published (Dataverse refuses
-// it). Ingest only renames (no variables, no failure); search parses the
+// it). Ingest only renames (no variables, no failure, and the .tab name
+// is not checked against names already taken); search parses the
 // three query forms above, ranks nothing, does not stem, and facets
 // nothing. Publishing locks only for a fixed time: no stuck locks, no
 // OptimisticLockException, no DataCite failures. Rate limits use one

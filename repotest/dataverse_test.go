@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -407,4 +408,45 @@ func TestDataverseRefusesBadConfig(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	_, err = NewDataverse(DataverseConfig{Faults: "drop=2"})
 	require.ErrorIs(t, err, ErrConfig)
+}
+
+func TestDataverseConcurrentWritesAreAllKept(t *testing.T) {
+	s := startDataverse(t, DataverseConfig{})
+	pid := dvCreate(t, s, "same")
+	const n = 8
+	body, ct := dvAddBody(t, "data.bin", "same bytes", "")
+	statuses := make(chan int, 2*n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			a, err := send(s.Client(), http.MethodPost, s.URL+"/api/dataverses/root/datasets", dvDatasetJSON("same"), "X-Dataverse-key", dvToken)
+			if err == nil {
+				statuses <- a.status
+			}
+		})
+		wg.Go(func() {
+			a, err := send(s.Client(), http.MethodPost, s.URL+"/api/datasets/:persistentId/add?persistentId="+url.QueryEscape(pid), body, "Content-Type", ct, "X-Dataverse-key", dvToken)
+			if err == nil {
+				statuses <- a.status
+			}
+		})
+	}
+	wg.Wait()
+	close(statuses)
+	counts := map[int]int{}
+	for st := range statuses {
+		counts[st]++
+	}
+	require.Equal(t, map[int]int{http.StatusCreated: n, http.StatusOK: n}, counts)
+	st := s.Stats()
+	require.Equal(t, int64(n+1), st.Datasets)
+	require.Equal(t, int64(n), st.DuplicateMarkers)
+	require.Equal(t, int64(n-1), st.DuplicateFiles)
+	require.Equal(t, int64(n-1), st.RenamedFiles)
+	labels := map[string]bool{}
+	for _, f := range s.Datasets()[0].Files {
+		labels[f.Label] = true
+		require.Equal(t, md5Hex("same bytes"), f.MD5)
+	}
+	require.Len(t, labels, n, "every copy has a name of its own")
 }
