@@ -143,7 +143,9 @@ type DataverseFile struct {
 //     once the Ingest lock ends, unless jsonData says "tabIngest": false,
 //     its checksum staying the original's. Checksums are MD5, as Dataverse
 //     reports them by default. GET /api/datasets/{id}/versions/:draft/files
-//     (or :latest) lists the files.
+//     (or :latest) lists the files; a version the caller cannot see (no
+//     draft, or the guest's draft) is a 404 "Dataset version :draft of
+//     dataset N not found".
 //   - POST /api/datasets/{id}/actions/:publish?type=major|minor answers 200
 //     with the dataset, numbers the version, and holds the
 //     finalizePublication lock for PublishLag; the version stays DRAFT
@@ -177,8 +179,9 @@ type DataverseFile struct {
 //     must be present.").
 //   - With Limit, a command over its budget does nothing and answers 429
 //     "<Command> failed: Rate limited due to too many requests." (create
-//     with the "cause was null! " prefix), an add 400, without
-//     Retry-After.
+//     with the "cause was null! " prefix); an add answers it 400, after
+//     "There was an error when trying to add the new file. ". No answer
+//     carries Retry-After.
 //
 // Faults (Config.Faults) apply to the writes: creates are numbered by
 // body, adds by dataset and file (name and content), publishes by dataset,
@@ -734,7 +737,8 @@ func (dv *Dataverse) add(w http.ResponseWriter, r *http.Request, id string, user
 		dvError(w, http.StatusForbidden, "You do not have permission to edit this dataset.")
 		return
 	}
-	if !dv.admit(w, "CreateNewDataFilesCommand", http.StatusBadRequest, "") {
+	// AddReplaceFileHelper reports the refusal of its command as a 400.
+	if !dv.admit(w, "CreateNewDataFilesCommand", http.StatusBadRequest, "There was an error when trying to add the new file. ") {
 		return
 	}
 	ft, answered := dv.inj.early(w, "add", dv.pid(ds)+"/"+req.dir+"/"+req.name+"/"+req.md5)
@@ -842,7 +846,11 @@ func (dv *Dataverse) listFiles(w http.ResponseWriter, r *http.Request, id string
 	}
 	dv.mu.Unlock()
 	if out == nil {
-		dvError(w, http.StatusNotFound, "Dataset version not found.")
+		version := ":latest"
+		if draft {
+			version = ":draft"
+		}
+		dvError(w, http.StatusNotFound, "Dataset version "+version+" of dataset "+strconv.FormatInt(ds.id, 10)+" not found")
 		return
 	}
 	dv.finish(w, r, ft, http.StatusOK, out)

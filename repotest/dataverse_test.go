@@ -283,6 +283,9 @@ func TestDataversePublishFinishesUnderAFinalizeLock(t *testing.T) {
 
 	clk.advance(time.Minute)
 	require.Empty(t, dvGet(t, s, "/api/datasets/:persistentId/locks"+q))
+	a = mustSend(t, s.Client(), http.MethodGet, s.URL+"/api/datasets/:persistentId/versions/:draft/files"+q, "", "X-Dataverse-key", dvToken)
+	dvRefusal(t, http.StatusNotFound, "Dataset version :draft of dataset 1 not found", a)
+	require.Len(t, dvGet(t, s, "/api/datasets/:persistentId/versions/:latest/files"+q), 1)
 	v = dvGet(t, s, "/api/datasets/:persistentId/"+q).(map[string]any)["latestVersion"].(map[string]any)
 	require.Equal(t, "RELEASED", v["versionState"])
 	identifier := strings.TrimPrefix(pid, "doi:10.5072/")
@@ -348,7 +351,7 @@ func TestDataverseRateLimitsAnswer429AndOn400AddWithoutRetryAfter(t *testing.T) 
 
 	require.Equal(t, http.StatusOK, dvAdd(t, s, pid, dvToken, "a.txt", "a", "").status, "each command has its own bucket")
 	a = dvAdd(t, s, pid, dvToken, "b.txt", "b", "")
-	dvRefusal(t, http.StatusBadRequest, "CreateNewDataFilesCommand failed: Rate limited due to too many requests.", a)
+	dvRefusal(t, http.StatusBadRequest, "There was an error when trying to add the new file. CreateNewDataFilesCommand failed: Rate limited due to too many requests.", a)
 	require.Equal(t, http.StatusOK, dvPublish(t, s, pid).status)
 	dvRefusal(t, http.StatusTooManyRequests, "PublishDatasetCommand failed: Rate limited due to too many requests.", dvPublish(t, s, pid))
 
