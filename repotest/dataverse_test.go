@@ -340,7 +340,7 @@ func TestDataverseSearchLagsWhileContentsReadsTheDatabase(t *testing.T) {
 	require.Equal(t, int64(6), s.Stats().Searches)
 }
 
-func TestDataverseRateLimitsAnswer429AndOn400AddWithoutRetryAfter(t *testing.T) {
+func TestDataverseRateLimitsAnswer429Or400OnAnAddWithoutRetryAfter(t *testing.T) {
 	clk := newClock()
 	s := startDataverse(t, DataverseConfig{Limit: 1, Window: time.Hour, now: clk.now})
 	c := s.Client()
