@@ -93,10 +93,10 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	})
 	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
 		ambiguous = ambiguous || unanswered.Load()
-		last = answer{url: req.url, err: err, afterAmbiguous: ambiguous}
+		last = answer{URL: req.URL, Err: err, AfterAmbiguous: ambiguous}
 		if resp != nil {
-			last.status, last.header = resp.StatusCode, resp.Header
-			last.body, tooLarge = readAnswer(resp, req.full)
+			last.Status, last.Header = resp.StatusCode, resp.Header
+			last.Body, tooLarge = readAnswer(resp, req.Full)
 			resp.Body = http.NoBody // read once, here; the engine keeps the bytes
 			x.c.answered.Store(true)
 		}
@@ -104,34 +104,34 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			// Nothing can be read from it, and asking again would get the
 			// same: the run stops. The request may have taken effect.
 			x.effect = true
-			x.requestDone(last, req.method)
+			x.requestDone(last, req.Method)
 			return false, nil
 		}
 		if err != nil && ctx.Err() != nil {
 			cls, v = classCanceled, verdict{}
 		} else {
 			v = judge(last)
-			cls = v.class
+			cls = v.Class
 		}
 		if !madeNoChange(last, cls) {
 			x.effect = true
 			ambiguous = ambiguous || cls == classAmbiguous
 		}
-		if last.err == nil {
+		if last.Err == nil {
 			x.c.pace.Observe(throttled(last, cls))
 		}
 		if neverSent(err) {
 			x.requests-- // counted as it was queued; it never left
 		} else {
-			x.requestDone(last, req.method)
+			x.requestDone(last, req.Method)
 		}
 		if cls == classCreated || cls == classExists {
 			x.settled()
 		}
-		if !cls.retryable() || (cls == classAmbiguous && !retryAmbiguous) {
+		if !cls.Retryable() || (cls == classAmbiguous && !retryAmbiguous) {
 			return false, nil
 		}
-		wait, stop := x.mayRetry(ctx, last, v.inFlight)
+		wait, stop := x.mayRetry(ctx, last, v.InFlight)
 		if stop != nil {
 			return false, nil
 		}
@@ -152,17 +152,17 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			x.sent = time.Now()
 		},
 	}
-	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.method, req.url, requestBody(req))
+	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.Method, req.URL, requestBody(req))
 	if err != nil {
 		return last, cls, fmt.Errorf("%w: %w", ErrStopRun, err)
 	}
-	hreq.Header = req.header
+	hreq.Header = req.Header
 	resp, err := rc.Do(hreq)
 	if resp != nil {
 		resp.Body.Close()
 	}
 	if tooLarge != nil {
-		return last, classStop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.method, redactURL(req.url), tooLarge)
+		return last, classStop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), tooLarge)
 	}
 	if resp != nil && err == nil {
 		return last, cls, nil
@@ -186,9 +186,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		return last, classCanceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
 	case x.stopped != nil:
 		return last, cls, fmt.Errorf("%w after %d attempts: %w: %s %s: %w",
-			ErrUnresolved, x.requests, x.stopped, req.method, redactURL(req.url), scrub(err))
+			ErrUnresolved, x.requests, x.stopped, req.Method, redactURL(req.URL), scrub(err))
 	default:
-		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.method, redactURL(req.url), scrub(err))
+		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.Method, redactURL(req.URL), scrub(err))
 	}
 }
 
@@ -199,9 +199,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 // PUT or a POST.
 func requestBody(req request) any {
 	switch {
-	case req.open != nil:
+	case req.Open != nil:
 		return retryablehttp.ReaderFunc(func() (io.Reader, error) {
-			r, err := req.open()
+			r, err := req.Open()
 			if err != nil {
 				return nil, err
 			}
@@ -213,8 +213,8 @@ func requestBody(req request) any {
 			}
 			return r, nil
 		})
-	case len(req.body) > 0:
-		return req.body
+	case len(req.Body) > 0:
+		return req.Body
 	}
 	return nil
 }
@@ -225,10 +225,10 @@ func requestBody(req request) any {
 // server refused in a way that concerns every item (classStop:
 // credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
-	if a.err == nil {
+	if a.Err == nil {
 		return cls == classStop
 	}
-	return neverSent(a.err) || connectionNeverMade(a.err)
+	return neverSent(a.Err) || connectionNeverMade(a.Err)
 }
 
 // connectionNeverMade reports whether err says no connection to the
@@ -248,22 +248,22 @@ func connectionNeverMade(err error) bool {
 func (x *exchange) requestDone(a answer, method string) {
 	took := time.Since(x.sent)
 	if x.c.debug() {
-		args := []any{"key", x.key, "method", method, "url", redactURL(a.url), "status", a.status, "took", took}
-		if a.err != nil {
-			args = append(args, "error", scrub(a.err).Error())
+		args := []any{"key", x.key, "method", method, "url", redactURL(a.URL), "status", a.Status, "took", took}
+		if a.Err != nil {
+			args = append(args, "error", scrub(a.Err).Error())
 		}
 		x.c.log.Debug("request", args...)
 	}
 	if x.c.hooks.OnRequest != nil {
-		x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.status, Err: a.err, Duration: took})
+		x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.Status, Err: a.Err, Duration: took})
 	}
 }
 
 // throttled reports whether an answer asks the client to slow down: a 429
 // or a 503 to be retried.
 func throttled(a answer, cls class) bool {
-	return a.err == nil && cls == classRetry &&
-		(a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable)
+	return a.Err == nil && cls == classRetry &&
+		(a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable)
 }
 
 // settled credits the retry budget for an exchange that succeeded.
@@ -296,15 +296,15 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		return stop(ErrInterrupted)
 	default:
 	}
-	if a.err != nil && connectionNeverMade(a.err) && !x.c.answered.Load() {
+	if a.Err != nil && connectionNeverMade(a.Err) && !x.c.answered.Load() {
 		// Nothing of this run has reached the server yet: a typo in the
 		// endpoint, or a server that is not running. Retrying would only
 		// repeat that for every item.
 		return stop(ErrUnreachable)
 	}
 	var resp *http.Response
-	if a.err == nil {
-		resp = &http.Response{StatusCode: a.status, Header: a.header}
+	if a.Err == nil {
+		resp = &http.Response{StatusCode: a.Status, Header: a.Header}
 	}
 	if inFlight > 0 {
 		x.inFlight++
@@ -315,7 +315,7 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		return stop(err)
 	}
 	if inFlight > 0 {
-		if _, given := backoff.RetryAfter(a.header, time.Now()); !given && wait < inFlight {
+		if _, given := backoff.RetryAfter(a.Header, time.Now()); !given && wait < inFlight {
 			wait = inFlight
 			if limit := x.c.policy.WithDefaults().MaxElapsed; elapsed+wait > limit {
 				return stop(fmt.Errorf("%w: waiting %v for a request in flight after %v would pass %v",
@@ -323,7 +323,7 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 			}
 		}
 	} else if paced := x.c.pace != nil && throttled(a, classRetry); !paced || x.c.pace.AtLowest() {
-		timeout := a.err != nil && isTimeout(a.err)
+		timeout := a.Err != nil && isTimeout(a.Err)
 		if berr := x.c.budget.Spend(timeout); berr != nil {
 			if paced {
 				return stop(fmt.Errorf("%w: throttled at the lowest adaptive rate: %w", ErrStopRun, berr))
@@ -333,9 +333,9 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		x.spent, x.spentTimeout = true, timeout
 	}
 	x.retries++
-	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.status, "in_flight", inFlight > 0)
+	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.Status, "in_flight", inFlight > 0)
 	if x.c.hooks.OnRetry != nil {
-		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.status, Err: a.err})
+		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.Status, Err: a.Err})
 	}
 	return wait, nil
 }
@@ -364,29 +364,29 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
 // check's settle time before an "absent" is trusted: a server whose reads
 // lag its writes may not show yet what an ambiguous attempt created.
 func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (finding, error) {
-	req, err := chk.build(prior)
+	req, err := chk.Build(prior)
 	if err != nil {
 		return finding{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	req.header = x.c.withUserHeader(req.header)
-	settled := !afterAmbiguous || chk.settle <= 0
+	req.Header = x.c.withUserHeader(req.Header)
+	settled := !afterAmbiguous || chk.Settle <= 0
 	for {
 		var f finding
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
-			f = chk.judge(a)
-			if f.kind == findingUnknown {
-				return verdict{class: f.cls}
+			f = chk.Judge(a)
+			if f.Kind == findingUnknown {
+				return verdict{Class: f.Class}
 			}
-			return verdict{class: classCreated} // settles the check's own exchange
+			return verdict{Class: classCreated} // settles the check's own exchange
 		})
 		if err != nil {
 			return f, err
 		}
-		if f.warn != "" {
-			x.c.warnOnce(f.warn, "status", a.status, "endpoint", redactURL(a.url))
+		if f.Warn != "" {
+			x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
-		herr := answerError(req.method, a, f.problem)
-		switch f.kind {
+		herr := answerError(req.Method, a, f.Problem)
+		switch f.Kind {
 		case findingForeign:
 			f.herr = herr
 			return f, nil
@@ -406,7 +406,7 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 		case findingAbsent:
 			if !settled {
 				settled = true
-				if err := x.sleep(ctx, chk.settle); err != nil {
+				if err := x.sleep(ctx, chk.Settle); err != nil {
 					return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
 				}
 				continue
@@ -436,10 +436,10 @@ func (x *exchange) unresolved(last error) error {
 // own explanation; else the body's problem detail.
 func answerError(method string, a answer, problem string) *HTTPError {
 	if problem == "" {
-		problem = problemDetail(a.header, a.body)
+		problem = problemDetail(a.Header, a.Body)
 	}
-	e := &HTTPError{Method: method, URL: redactURL(a.url), StatusCode: a.status, Problem: problem}
-	if d, ok := backoff.RetryAfter(a.header, time.Now()); ok {
+	e := &HTTPError{Method: method, URL: redactURL(a.URL), StatusCode: a.Status, Problem: problem}
+	if d, ok := backoff.RetryAfter(a.Header, time.Now()); ok {
 		e.RetryAfter = d
 	}
 	return e

@@ -36,17 +36,17 @@ func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*h
 		rt = http.DefaultTransport
 	}
 	if w, ok := d.(transportWrapper); ok {
-		rt = w.wrapTransport(rt)
+		rt = w.WrapTransport(rt)
 	}
 	if r, ok := d.(rateSetter); ok && rate == 0 {
-		rate = r.defaultRate()
+		rate = r.DefaultRate()
 	}
 	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0)), timeout: timeout}
 	if t.limiter != nil {
 		t.rate, t.waits = rate, newRateWaits()
 	}
 	if p, ok := d.(requestPacer); ok {
-		t.own = p.pacer()
+		t.own = p.Pacer()
 	}
 	if adaptive {
 		t.pace = backoff.NewAdaptiveLimiter(max(rate, 0))
