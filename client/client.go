@@ -14,6 +14,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // Config configures a Client. Only Target and Store are required; every
@@ -259,7 +260,7 @@ type Result struct {
 // default one's, which closes them after 90 s idle like
 // http.DefaultTransport.
 type Client struct {
-	target      driver
+	target      driver.Driver
 	keyer       *canonical.Keyer
 	store       Store // the caller's, through guard
 	guard       *storeGuard

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 )
 
@@ -67,7 +68,7 @@ func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, er
 	for i, f := range files {
 		size += int64(len(head[i])) + int64(base64.StdEncoding.EncodedLen(int(f.Size)))
 	}
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return step{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		Build: func([]string) (request, error) {
@@ -233,20 +234,20 @@ func judgeCouchDB(a answer) verdict {
 		if errors.Is(a.Err, errFileChanged) {
 			// The body failed before it was complete: nothing was stored,
 			// and sending it again sends the same changed file.
-			return verdict{Class: classTerminal, Problem: scrub(a.Err).Error()}
+			return verdict{Class: driver.Terminal, Problem: scrub(a.Err).Error()}
 		}
-		return verdict{Class: classifyCommon(a)}
+		return verdict{Class: driver.Classify(a)}
 	}
 	switch a.Status {
 	case http.StatusAccepted:
 		// Accepted, not yet on every node.
-		return verdict{Class: classCreated}
+		return verdict{Class: driver.Created}
 	case http.StatusConflict:
 		// {"error":"conflict"}: a document with this id exists. The id is
 		// the content key, so it is ours.
-		return verdict{Class: classExists}
+		return verdict{Class: driver.Exists}
 	}
-	return verdict{Class: classifyCommon(a)}
+	return verdict{Class: driver.Classify(a)}
 }
 
 // couchAttachmentsCheck reads a dataset's document back and finds it ours
@@ -264,18 +265,18 @@ func couchAttachmentsCheck(url string, files []datasetFile, md5s map[string]stri
 		},
 		Judge: func(a answer) finding {
 			if a.Err != nil {
-				return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			}
 			switch a.Status {
 			case http.StatusOK:
 				if problem := couchMissingFile(a.Body, files, md5s); problem != "" {
-					return finding{Kind: findingForeign, Problem: problem}
+					return finding{Kind: driver.Foreign, Problem: problem}
 				}
-				return finding{Kind: findingPresent}
+				return finding{Kind: driver.Present}
 			case http.StatusNotFound:
-				return finding{Kind: findingAbsent}
+				return finding{Kind: driver.Absent}
 			}
-			return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+			return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 		},
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // This file is the one place where a deposit's steps are guarded: look up
@@ -174,7 +175,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			continue
 		}
 		if !c.retryFailed {
-			return r.res, r.end, steps[i].wrap(r.recordedFailure(&steps[i], prior[:i], *rec))
+			return r.res, r.end, stepError(steps[i].Label, r.recordedFailure(&steps[i], prior[:i], *rec))
 		}
 		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
 			return r.res, r.end, c.storeError(err)
@@ -291,20 +292,20 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 				prior[i] = rec.Identifier
 				continue
 			case dedup.StateFailed:
-				return r.res, r.end, s.wrap(r.recordedFailure(s, prior[:i], rec))
+				return r.res, r.end, stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			// Settled by this deposit's own earlier steps (step.settled).
 			if prior[i], err = r.confirm(ctx, s, OutcomeCreated, id, 0); err != nil {
-				return r.res, r.end, s.wrap(err)
+				return r.res, r.end, stepError(s.Label, err)
 			}
 			continue
 		}
 		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
 		if err != nil {
-			return r.res, r.end, s.wrap(err)
+			return r.res, r.end, stepError(s.Label, err)
 		}
 		prior[i] = id
 	}
@@ -406,11 +407,11 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		if err != nil {
 			return "", r.checkFailed(ctx, s, err)
 		}
-		missed = f.Kind == findingAbsent
+		missed = f.Kind == driver.Absent
 		switch f.Kind {
-		case findingPresent:
+		case driver.Present:
 			return r.confirm(ctx, s, exists(mine), cmp.Or(f.ID, s.Fallback), 0)
-		case findingForeign:
+		case driver.Foreign:
 			return "", r.fail(ctx, s, f.herr)
 		}
 	}
@@ -424,14 +425,14 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		if v.Warn != "" {
 			c.warnOnce(v.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
-		if cls == classCreated && s.Durable && cmp.Or(v.ID, s.Fallback) == "" {
+		if cls == driver.Created && s.Durable && cmp.Or(v.ID, s.Fallback) == "" {
 			// A success that names none of the identifier this step must
 			// yield (a body cut short) settles nothing: ambiguous, for
 			// this deposit alone.
-			cls, v.Problem = classAmbiguous, cmp.Or(v.Problem, "the answer names no identifier")
+			cls, v.Problem = driver.Ambiguous, cmp.Or(v.Problem, "the answer names no identifier")
 		}
 		switch cls {
-		case classCreated:
+		case driver.Created:
 			// The note to search again is durable before the confirmation:
 			// a crash between the two would otherwise leave a duplicate the
 			// index hid unreported for good.
@@ -442,7 +443,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			}
 			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.ID, s.Fallback), a.Status)
 
-		case classExists:
+		case driver.Exists:
 			if v.ID != "" || s.Check == nil {
 				return r.confirm(ctx, s, exists(mine), cmp.Or(v.ID, s.Fallback), a.Status)
 			}
@@ -450,7 +451,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			if err != nil {
 				return "", r.checkFailed(ctx, s, err)
 			}
-			if f.Kind == findingForeign {
+			if f.Kind == driver.Foreign {
 				return "", r.fail(ctx, s, f.herr)
 			}
 			// A record the server says exists but will not show is still
@@ -464,31 +465,31 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			last = fmt.Errorf("%s %s: %w", req.Method, redactURL(req.URL), scrub(a.Err))
 		}
 		switch cls {
-		case classConflict, classAmbiguous:
+		case driver.Conflict, driver.Ambiguous:
 			// A conflict is "exists" only once the check finds it; an
 			// ambiguous answer to a step the server does not arbitrate is
 			// looked for before the request is sent again. (Arbitrated
 			// ambiguous answers were retried by the exchange.)
-			if cls == classAmbiguous && !reconciles {
+			if cls == driver.Ambiguous && !reconciles {
 				return "", x.unresolved(last)
 			}
-			f := finding{Kind: findingAbsent}
+			f := checked{finding: finding{Kind: driver.Absent}}
 			if s.Check != nil {
-				if f, err = x.runCheck(ctx, s.Check, prior, cls == classAmbiguous); err != nil {
+				if f, err = x.runCheck(ctx, s.Check, prior, cls == driver.Ambiguous); err != nil {
 					return "", r.checkFailed(ctx, s, err)
 				}
 			}
 			switch f.Kind {
-			case findingPresent:
+			case driver.Present:
 				// After an ambiguous answer, our own request took effect.
-				return r.confirm(ctx, s, exists(mine || cls == classAmbiguous), cmp.Or(f.ID, s.Fallback), a.Status)
-			case findingForeign:
+				return r.confirm(ctx, s, exists(mine || cls == driver.Ambiguous), cmp.Or(f.ID, s.Fallback), a.Status)
+			case driver.Foreign:
 				return "", r.fail(ctx, s, f.herr)
 			}
-			missed = missed || (cls == classAmbiguous && f.Kind == findingAbsent)
+			missed = missed || (cls == driver.Ambiguous && f.Kind == driver.Absent)
 			// Not found yet, but it may still show (an index that lags).
-			mine = mine || cls == classAmbiguous
-			if cls == classConflict {
+			mine = mine || cls == driver.Ambiguous
+			if cls == driver.Conflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}
 			wait, stop := x.mayRetry(ctx, a, 0)
@@ -499,13 +500,13 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 				return "", fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
 
-		case classTerminal:
+		case driver.Terminal:
 			return "", r.fail(ctx, s, herr)
 
-		case classStop:
+		case driver.Stop:
 			return "", fmt.Errorf("%w: %w", ErrStopRun, herr)
 
-		case classCanceled:
+		case driver.Canceled:
 			return "", fmt.Errorf("%w: %w", ErrInterrupted, herr)
 
 		default: // retryable, but retrying stopped
@@ -601,12 +602,13 @@ func (r *runDeposit) fail(ctx context.Context, s *step, herr *HTTPError) error {
 	return fmt.Errorf("%w: %w", ErrTerminal, herr)
 }
 
-// wrap names a step other than the create in an error it returned.
-func (s *step) wrap(err error) error {
-	if err == nil || s.Label == "" {
+// stepError names the step labelled label, other than the create, in an
+// error it returned.
+func stepError(label string, err error) error {
+	if err == nil || label == "" {
 		return err
 	}
-	return fmt.Errorf("%s step: %w", s.Label, err)
+	return fmt.Errorf("%s step: %w", label, err)
 }
 
 // recordedFailure is the error for step s, which an earlier run recorded as
@@ -617,7 +619,7 @@ func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) 
 	r.res.Status = rec.Status
 	herr := &HTTPError{StatusCode: rec.Status, Problem: rec.Problem}
 	if s.Label != "" {
-		herr.Problem = strings.TrimPrefix(herr.Problem, s.Label+": ") // s.wrap names the step
+		herr.Problem = strings.TrimPrefix(herr.Problem, s.Label+": ") // stepError names the step
 	}
 	if herr.Problem == http.StatusText(rec.Status) {
 		herr.Problem = "" // fail recorded the status text for an answer without one

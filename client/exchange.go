@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/driver"
 )
 
 // exchange is the retry state of one step: every request it sends, the write
@@ -108,14 +109,14 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			return false, nil
 		}
 		if err != nil && ctx.Err() != nil {
-			cls, v = classCanceled, verdict{}
+			cls, v = driver.Canceled, verdict{}
 		} else {
 			v = judge(last)
 			cls = v.Class
 		}
 		if !madeNoChange(last, cls) {
 			x.effect = true
-			ambiguous = ambiguous || cls == classAmbiguous
+			ambiguous = ambiguous || cls == driver.Ambiguous
 		}
 		if last.Err == nil {
 			x.c.pace.Observe(throttled(last, cls))
@@ -125,10 +126,10 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		} else {
 			x.requestDone(last, req.Method)
 		}
-		if cls == classCreated || cls == classExists {
+		if cls == driver.Created || cls == driver.Exists {
 			x.settled()
 		}
-		if !cls.Retryable() || (cls == classAmbiguous && !retryAmbiguous) {
+		if !cls.Retryable() || (cls == driver.Ambiguous && !retryAmbiguous) {
 			return false, nil
 		}
 		wait, stop := x.mayRetry(ctx, last, v.InFlight)
@@ -162,18 +163,18 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		resp.Body.Close()
 	}
 	if tooLarge != nil {
-		return last, classStop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), tooLarge)
+		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), tooLarge)
 	}
 	if resp != nil && err == nil {
 		return last, cls, nil
 	}
-	if cls == classTerminal {
+	if cls == driver.Terminal {
 		// The judge found the transport error itself terminal: a body
 		// that could not be sent as promised (a file changed since it was
 		// hashed), which no retry would send otherwise.
 		return last, cls, nil
 	}
-	if cls == classAmbiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
+	if cls == driver.Ambiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
 		// A dropped connection to a step that reconciles: the caller looks
 		// for its effect before sending again.
 		return last, cls, nil
@@ -182,8 +183,8 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		err = errors.New("no answer")
 	}
 	switch {
-	case cls == classCanceled || ctx.Err() != nil || errors.Is(x.stopped, ErrInterrupted):
-		return last, classCanceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
+	case cls == driver.Canceled || ctx.Err() != nil || errors.Is(x.stopped, ErrInterrupted):
+		return last, driver.Canceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
 	case x.stopped != nil:
 		return last, cls, fmt.Errorf("%w after %d attempts: %w: %s %s: %w",
 			ErrUnresolved, x.requests, x.stopped, req.Method, redactURL(req.URL), scrub(err))
@@ -222,11 +223,11 @@ func requestBody(req request) any {
 // madeNoChange reports whether an answer proves that its request changed
 // nothing on the server: the connection was never made (refused, or the
 // host did not resolve), the request never left the batch's queue, or the
-// server refused in a way that concerns every item (classStop:
+// server refused in a way that concerns every item (driver.Stop:
 // credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
 	if a.Err == nil {
-		return cls == classStop
+		return cls == driver.Stop
 	}
 	return neverSent(a.Err) || connectionNeverMade(a.Err)
 }
@@ -262,7 +263,7 @@ func (x *exchange) requestDone(a answer, method string) {
 // throttled reports whether an answer asks the client to slow down: a 429
 // or a 503 to be retried.
 func throttled(a answer, cls class) bool {
-	return a.Err == nil && cls == classRetry &&
+	return a.Err == nil && cls == driver.Retry &&
 		(a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable)
 }
 
@@ -322,7 +323,7 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 					backoff.ErrElapsedExhausted, wait, elapsed.Round(time.Millisecond), limit))
 			}
 		}
-	} else if paced := x.c.pace != nil && throttled(a, classRetry); !paced || x.c.pace.AtLowest() {
+	} else if paced := x.c.pace != nil && throttled(a, driver.Retry); !paced || x.c.pace.AtLowest() {
 		timeout := a.Err != nil && isTimeout(a.Err)
 		if berr := x.c.budget.Spend(timeout); berr != nil {
 			if paced {
@@ -359,25 +360,32 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// checked is what a check found, with the answer as an error for a
+// foreign finding (herr), which the engine records as the step's failure.
+type checked struct {
+	finding
+	herr *HTTPError
+}
+
 // runCheck runs a step's check: it sends the check's request (retried like
 // any other) and returns what the check found. afterAmbiguous asks for the
 // check's settle time before an "absent" is trusted: a server whose reads
 // lag its writes may not show yet what an ambiguous attempt created.
-func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (finding, error) {
+func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (checked, error) {
 	req, err := chk.Build(prior)
 	if err != nil {
-		return finding{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return checked{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	req.Header = x.c.withUserHeader(req.Header)
 	settled := !afterAmbiguous || chk.Settle <= 0
 	for {
-		var f finding
+		var f checked
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
-			f = chk.Judge(a)
-			if f.Kind == findingUnknown {
+			f.finding = chk.Judge(a)
+			if f.Kind == driver.Unknown {
 				return verdict{Class: f.Class}
 			}
-			return verdict{Class: classCreated} // settles the check's own exchange
+			return verdict{Class: driver.Created} // settles the check's own exchange
 		})
 		if err != nil {
 			return f, err
@@ -387,14 +395,14 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 		}
 		herr := answerError(req.Method, a, f.Problem)
 		switch f.Kind {
-		case findingForeign:
+		case driver.Foreign:
 			f.herr = herr
 			return f, nil
-		case findingUnknown:
+		case driver.Unknown:
 			switch {
-			case cls == classStop:
+			case cls == driver.Stop:
 				return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
-			case cls == classCanceled:
+			case cls == driver.Canceled:
 				return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
 			case errors.Is(x.stopped, ErrStopRun):
 				return f, fmt.Errorf("%w: read-back after %d attempts: %w", x.stopped, x.requests, herr)
@@ -403,7 +411,7 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 			default:
 				return f, fmt.Errorf("%w: read-back: %w", ErrUnresolved, herr)
 			}
-		case findingAbsent:
+		case driver.Absent:
 			if !settled {
 				settled = true
 				if err := x.sleep(ctx, chk.Settle); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"net/http"
 	"net/url"
 )
@@ -119,7 +120,7 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 		}
 		return rep, err
 	}
-	if first.class != classCreated {
+	if first.class != driver.Created {
 		return rep, fmt.Errorf("%w: the first write of a new name was answered as if the record existed "+
 			"(%d): the server refuses every conditional create here, or this name was taken: %w", ErrStopRun, first.status, first.herr)
 	}
@@ -128,12 +129,12 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 	last := first
 	switch {
 	case err != nil:
-	case second.class == classCreated:
+	case second.class == driver.Created:
 		rep.Verdict = ProbeIgnored
 		last = second
-	case second.class == classExists:
+	case second.class == driver.Exists:
 		rep.Verdict = ProbeHonoured
-	case second.class == classConflict:
+	case second.class == driver.Conflict:
 		// put: a 409 is "exists" only if the record reads back.
 		found, rerr := p.readBack(ctx)
 		switch {
@@ -171,18 +172,18 @@ func (p *Probe) write(ctx context.Context) (probeAnswer, error) {
 	a := p.send(ctx, req.Method, req.URL, req.Header, req.Body)
 	if a.Err != nil {
 		if ctx.Err() != nil {
-			return probeAnswer{class: classCanceled}, fmt.Errorf("%w: %w", ErrInterrupted, scrub(a.Err))
+			return probeAnswer{class: driver.Canceled}, fmt.Errorf("%w: %w", ErrInterrupted, scrub(a.Err))
 		}
-		return probeAnswer{class: classAmbiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.Method, p.URL, scrub(a.Err))
+		return probeAnswer{class: driver.Ambiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.Method, p.URL, scrub(a.Err))
 	}
 	v := p.step.Judge(a)
 	pa := probeAnswer{status: a.Status, class: v.Class, body: a.Body, herr: answerError(req.Method, a, v.Problem)}
 	switch v.Class {
-	case classCreated, classExists, classConflict:
+	case driver.Created, driver.Exists, driver.Conflict:
 		return pa, nil
-	case classStop:
+	case driver.Stop:
 		return pa, fmt.Errorf("%w: %w", ErrStopRun, pa.herr)
-	case classTerminal:
+	case driver.Terminal:
 		return pa, fmt.Errorf("%w: %w", ErrTerminal, pa.herr)
 	default:
 		return pa, fmt.Errorf("%w: %w", ErrUnresolved, pa.herr)
@@ -233,7 +234,7 @@ func (p *Probe) readBack(ctx context.Context) (bool, error) {
 	if a.Err != nil {
 		return false, fmt.Errorf("%w: read-back: %w", ErrUnresolved, scrub(a.Err))
 	}
-	return p.step.Check.Judge(a).Kind == findingPresent, nil
+	return p.step.Check.Judge(a).Kind == driver.Present, nil
 }
 
 // remove deletes the probe record where the server allows it. CouchDB needs

@@ -10,6 +10,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // A server that dedups nothing (InvenioRDM) is reconciled with by searching
@@ -267,19 +268,19 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			var ok bool
 			if found, hits, total, ok = sd.readScan(a); ok {
-				return verdict{Class: classCreated}
+				return verdict{Class: driver.Created}
 			}
-			if cls := classifyCommon(a); cls != classCreated {
+			if cls := driver.Classify(a); cls != driver.Created {
 				return verdict{Class: cls}
 			}
-			return verdict{Class: classAmbiguous} // a 200 that is not a page
+			return verdict{Class: driver.Ambiguous} // a 200 that is not a page
 		})
 		if err != nil {
 			return fmt.Errorf("scanning the server for earlier deposits: %w", err)
 		}
 		switch cls {
-		case classCreated:
-		case classStop:
+		case driver.Created:
+		case driver.Stop:
 			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.problem(a.Body)))
 		default:
 			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.problem(a.Body)))
@@ -341,7 +342,7 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 		case dedup.StateFailed:
 			if !c.retryFailed {
 				r.res.Status = rec.Status
-				return s.wrap(fmt.Errorf("%w (recorded by an earlier run; looked at again only when retrying failures deliberately): %w",
+				return stepError(s.Label, fmt.Errorf("%w (recorded by an earlier run; looked at again only when retrying failures deliberately): %w",
 					ErrTerminal, &HTTPError{StatusCode: rec.Status, Problem: rec.Problem}))
 			}
 			if err := c.store.ResetFailed(ctx, s.Recheck, s.Key); err != nil {
@@ -362,18 +363,18 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 		}
 		wctx := context.WithoutCancel(ctx)
 		switch f.Kind {
-		case findingPresent:
+		case driver.Present:
 			// The one record is the one this deposit created.
 			if _, err := c.store.Complete(wctx, s.Recheck, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: f.ID}); err != nil && !errors.Is(err, dedup.ErrConflict) {
 				return c.storeError(err)
 			}
-		case findingForeign:
+		case driver.Foreign:
 			if _, err := c.store.Fail(wctx, s.Recheck, s.Key, dedup.Failure{Status: http.StatusConflict, Problem: f.herr.Problem}); err != nil {
 				return c.storeError(err)
 			}
 			f.herr.StatusCode = http.StatusConflict
 			r.res.Status = http.StatusConflict
-			return s.wrap(fmt.Errorf("%w: %w", ErrTerminal, f.herr))
+			return stepError(s.Label, fmt.Errorf("%w: %w", ErrTerminal, f.herr))
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -21,8 +22,8 @@ func validSteps() []step {
 	build := func([]string) (request, error) {
 		return request{Method: http.MethodPost, URL: "http://127.0.0.1/x"}, nil
 	}
-	judge := func(answer) verdict { return verdict{Class: classCreated} }
-	found := &check{Build: build, Judge: func(answer) finding { return finding{Kind: findingAbsent} }}
+	judge := func(answer) verdict { return verdict{Class: driver.Created} }
+	found := &check{Build: build, Judge: func(answer) finding { return finding{Kind: driver.Absent} }}
 	return []step{
 		{Label: "draft", Target: "t-draft", Key: "k", Durable: true, RecordID: true, Check: found, Recheck: "t-recheck", Build: build, Judge: judge},
 		{Target: "t", Key: "k", Primary: true, Durable: true, Arbitrated: true, KeepBody: true, Build: build, Judge: judge},
@@ -103,14 +104,14 @@ func TestEveryTargetsStepsKeepTheContract(t *testing.T) {
 // brokenTarget declares two primary steps.
 type brokenTarget struct{ endpoint string }
 
-func (t brokenTarget) Driver() (driver, error) { return t, nil }
-func (t brokenTarget) Name() string            { return "test-broken " + t.endpoint }
-func (brokenTarget) StepTargets() []string     { return nil }
-func (brokenTarget) SecretFingerprint() string { return "" }
-func (brokenTarget) Guards(name string) bool   { return guardsConditional(name) }
+func (t brokenTarget) Driver() (driver.Driver, error) { return t, nil }
+func (t brokenTarget) Name() string                   { return "test-broken " + t.endpoint }
+func (brokenTarget) StepTargets() []string            { return nil }
+func (brokenTarget) SecretFingerprint() string        { return "" }
+func (brokenTarget) Guards(name string) bool          { return guardsConditional(name) }
 func (t brokenTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	put := step{Target: t.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
-		Build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), Judge: func(answer) verdict { return verdict{Class: classCreated} }}
+		Build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), Judge: func(answer) verdict { return verdict{Class: driver.Created} }}
 	second := put
 	second.Label, second.Target = "again", t.Name()+" again"
 	return []step{put, second}, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // draftTarget is a target of this test only, shaped like a repository that
@@ -28,12 +29,12 @@ type draftTarget struct {
 	settle   time.Duration
 }
 
-func (t draftTarget) Driver() (driver, error) { return t, nil }
-func (t draftTarget) Name() string            { return "test-drafts " + t.endpoint }
-func (t draftTarget) draftTarget() string     { return "test-drafts-draft " + t.endpoint }
-func (t draftTarget) StepTargets() []string   { return []string{t.draftTarget()} }
-func (draftTarget) SecretFingerprint() string { return "" }
-func (draftTarget) Guards(name string) bool   { return guardsConditional(name) }
+func (t draftTarget) Driver() (driver.Driver, error) { return t, nil }
+func (t draftTarget) Name() string                   { return "test-drafts " + t.endpoint }
+func (t draftTarget) draftTarget() string            { return "test-drafts-draft " + t.endpoint }
+func (t draftTarget) StepTargets() []string          { return []string{t.draftTarget()} }
+func (draftTarget) SecretFingerprint() string        { return "" }
+func (draftTarget) Guards(name string) bool          { return guardsConditional(name) }
 
 func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	idOf := func(body []byte, member string) string {
@@ -48,8 +49,8 @@ func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			return request{Method: http.MethodPost, URL: t.endpoint + "/drafts", Header: h, Body: k.Body}, nil
 		},
 		Judge: func(a answer) verdict {
-			v := verdict{Class: classifyCommon(a)}
-			if v.Class == classCreated {
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created {
 				v.ID = idOf(a.Body, "id")
 			}
 			return v
@@ -61,19 +62,19 @@ func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			},
 			Judge: func(a answer) finding {
 				if a.Err != nil || a.Status != http.StatusOK {
-					return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+					return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 				}
 				var hits []string
 				if json.Unmarshal(a.Body, &hits) != nil {
-					return finding{Kind: findingUnknown, Class: classAmbiguous}
+					return finding{Kind: driver.Unknown, Class: driver.Ambiguous}
 				}
 				switch len(hits) {
 				case 0:
-					return finding{Kind: findingAbsent}
+					return finding{Kind: driver.Absent}
 				case 1:
-					return finding{Kind: findingPresent, ID: hits[0]}
+					return finding{Kind: driver.Present, ID: hits[0]}
 				}
-				return finding{Kind: findingForeign, Problem: fmt.Sprintf("%d drafts carry this marker", len(hits))}
+				return finding{Kind: driver.Foreign, Problem: fmt.Sprintf("%d drafts carry this marker", len(hits))}
 			},
 		},
 	}
@@ -83,8 +84,8 @@ func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			return request{Method: http.MethodPost, URL: t.endpoint + "/drafts/" + prior[0] + "/publish"}, nil
 		},
 		Judge: func(a answer) verdict {
-			v := verdict{Class: classifyCommon(a)}
-			if v.Class == classCreated {
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created {
 				v.ID = idOf(a.Body, "record")
 			}
 			return v
@@ -96,11 +97,11 @@ func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			Judge: func(a answer) finding {
 				switch {
 				case a.Err == nil && a.Status == http.StatusOK:
-					return finding{Kind: findingPresent, ID: idOf(a.Body, "record")}
+					return finding{Kind: driver.Present, ID: idOf(a.Body, "record")}
 				case a.Err == nil && a.Status == http.StatusNotFound:
-					return finding{Kind: findingAbsent}
+					return finding{Kind: driver.Absent}
 				}
-				return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			},
 		},
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/jsonpointer"
 	"github.com/depositkit/deposit/internal/protocol"
@@ -16,56 +16,15 @@ import (
 
 // Target is where deposits go and how each one becomes requests: one of
 // [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] and
-// [Invenio], each a struct of its own options. A target turns a payload into
-// the steps of its deposit and judges the answers; the [Client] decides when
-// to send, wait, record and report. Target values are read-only once given
-// to [New].
+// [Invenio], each a struct of its own options, or a target of any package
+// written against the step contract of package driver. A target turns a
+// payload into the steps of its deposit and judges the answers; the
+// [Client] decides when to send, wait, record and report. Target values are
+// read-only once given to [New].
 type Target interface {
 	// Driver checks the target's options and returns what the engine
-	// drives. Targets are defined in this package only: the step contract
-	// is still young.
-	Driver() (driver, error)
-}
-
-// driver is a Target ready for the engine.
-type driver interface {
-	// Name is the store target of the deposit's own rows: the protocol and
-	// the normalised endpoint (and the DOI prefix, for DataCite), built by
-	// targetName so that no credential is stored.
-	Name() string
-	// StepTargets are the store targets of its other durable steps.
-	StepTargets() []string
-	// SecretFingerprint identifies a key secret that shapes the requests
-	// (never the secret); "" when none does.
-	SecretFingerprint() string
-	// Guards reports whether the target sets header name for exactly-once,
-	// so that the caller's headers may not replace it.
-	Guards(name string) bool
-	// Steps returns the Steps of a deposit, or an error when the target
-	// cannot take the payload (nothing is recorded then).
-	Steps(k canonical.Keyed, dir string) ([]step, error)
-}
-
-// transportWrapper is a driver whose requests go through a transport of its
-// own (S3's signer), wrapped around the client's.
-type transportWrapper interface {
-	WrapTransport(next http.RoundTripper) http.RoundTripper
-}
-
-// rateSetter is a driver with a default request rate (DataCite's published
-// limit), used when Config.Rate is 0.
-type rateSetter interface {
-	DefaultRate() float64
-}
-
-// requestPacer is a driver that holds some of its requests to a rate of
-// their own (InvenioRDM's searches). pacer returns, once per client, what
-// picks a request's own limiter (nil: none). Its wait comes before the
-// request takes a batch's slot or starts its attempt timeout: a request
-// waiting for its rate holds nothing other requests need, and has not
-// begun.
-type requestPacer interface {
-	Pacer() func(*http.Request) *backoff.Limiter
+	// drives; an error is a configuration error, reported by New.
+	Driver() (driver.Driver, error)
 }
 
 // guardsConditional reports the headers every target reserves: a caller's
@@ -127,7 +86,7 @@ type putDriver struct {
 	userPointer string
 }
 
-func (t Put) Driver() (driver, error) {
+func (t Put) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("Put.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -147,13 +106,13 @@ func pointers(user string, defaults ...string) ([]string, error) {
 	return []string{user}, nil
 }
 
-func (d putDriver) Name() string              { return targetName(protocol.Put, d.endpoint) }
+func (d putDriver) Name() string              { return driver.TargetName(protocol.Put, d.endpoint) }
 func (d putDriver) StepTargets() []string     { return nil }
 func (d putDriver) SecretFingerprint() string { return "" }
 func (d putDriver) Guards(name string) bool   { return guardsConditional(name) }
 
 func (d putDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		Build:    conditionalPut(url, k.Body),
@@ -182,14 +141,14 @@ func conditionalJudge(pointers []string, userPointer, recordURL string) func(ans
 		if a.Err == nil {
 			switch a.Status {
 			case http.StatusPreconditionFailed:
-				id, _ := stringAtPointers(a.Body, pointers)
-				return verdict{Class: classExists, ID: id, Warn: missedPointer(userPointer, a.Body)}
+				id, _ := driver.StringAt(a.Body, pointers)
+				return verdict{Class: driver.Exists, ID: id, Warn: missedPointer(userPointer, a.Body)}
 			case http.StatusConflict:
-				return verdict{Class: classConflict}
+				return verdict{Class: driver.Conflict}
 			}
 		}
-		v := verdict{Class: classifyCommon(a)}
-		if v.Class == classCreated {
+		v := verdict{Class: driver.Classify(a)}
+		if v.Class == driver.Created {
 			v.ID = identifierFrom(a.Body, a.Header, pointers, a.URL, recordURL)
 			v.Warn = missedPointer(userPointer, a.Body)
 			if a.Status != http.StatusCreated {
@@ -218,24 +177,24 @@ func readBack(url string, pointers []string, userPointer string, ours func(body 
 		},
 		Judge: func(a answer) finding {
 			if a.Err != nil {
-				return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			}
 			switch a.Status {
 			case http.StatusOK, http.StatusNoContent:
 				if ours != nil {
 					if err := ours(a.Body); err != nil {
-						return finding{Kind: findingForeign, Problem: err.Error()}
+						return finding{Kind: driver.Foreign, Problem: err.Error()}
 					}
 				}
 				// A read-back that merely echoes the stored payload mints
 				// nothing: no identifier, so the step's fallback (the
 				// record URL) it is.
-				id, _ := stringAtPointers(a.Body, pointers)
-				return finding{Kind: findingPresent, ID: id, Warn: missedPointer(userPointer, a.Body)}
+				id, _ := driver.StringAt(a.Body, pointers)
+				return finding{Kind: driver.Present, ID: id, Warn: missedPointer(userPointer, a.Body)}
 			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
-				return finding{Kind: findingAbsent, Warn: "the server refused to read a record back; using record URLs as identifiers"}
+				return finding{Kind: driver.Absent, Warn: "the server refused to read a record back; using record URLs as identifiers"}
 			}
-			return finding{Kind: findingUnknown, Class: classifyCommon(a)}
+			return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 		},
 	}
 }
@@ -250,7 +209,7 @@ type idempotencyKeyDriver struct {
 	inFlight    time.Duration
 }
 
-func (t IdempotencyKey) Driver() (driver, error) {
+func (t IdempotencyKey) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("IdempotencyKey.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -270,13 +229,15 @@ func (t IdempotencyKey) Driver() (driver, error) {
 	return d, nil
 }
 
-func (d idempotencyKeyDriver) Name() string              { return targetName(protocol.IdempotencyKey, d.endpoint) }
+func (d idempotencyKeyDriver) Name() string {
+	return driver.TargetName(protocol.IdempotencyKey, d.endpoint)
+}
 func (d idempotencyKeyDriver) StepTargets() []string     { return nil }
 func (d idempotencyKeyDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
 func (d idempotencyKeyDriver) Guards(name string) bool   { return guardsConditional(name) }
 
 func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
-	record := credential.Strip(recordURL(d.endpoint, k.Key))
+	record := credential.Strip(driver.RecordURL(d.endpoint, k.Key))
 	return []step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		KeepBody: true, Retention: d.retention,
@@ -287,19 +248,19 @@ func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error)
 			return request{Method: http.MethodPost, URL: d.endpoint, Header: h, Body: k.Body, Full: true}, nil
 		},
 		Judge: func(a answer) verdict {
-			v := verdict{Class: classifyCommon(a)}
+			v := verdict{Class: driver.Classify(a)}
 			if a.Err == nil {
 				switch {
 				case a.Status >= 200 && a.Status < 300 && strings.EqualFold(a.Header.Get("Idempotency-Key-Reply"), "hit"):
 					// The server replayed the result of an earlier request.
-					v.Class = classExists
+					v.Class = driver.Exists
 				case a.Status == http.StatusConflict:
 					// The first request with this key is still in flight.
-					v.Class, v.InFlight = classRetry, d.inFlight
+					v.Class, v.InFlight = driver.Retry, d.inFlight
 				}
 			}
 			cls := v.Class
-			if cls == classCreated || cls == classExists {
+			if cls == driver.Created || cls == driver.Exists {
 				v.ID = identifierFrom(a.Body, a.Header, d.pointers, a.URL, record)
 				v.Warn = missedPointer(d.userPointer, a.Body)
 			}
@@ -307,39 +268,6 @@ func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error)
 		},
 		Fallback: record,
 	}}, nil
-}
-
-// classifyCommon is the part of the protocol table every target shares.
-func classifyCommon(a answer) class {
-	if a.Err != nil {
-		return classAmbiguous
-	}
-	switch s := a.Status; {
-	case s == http.StatusCreated || s == http.StatusOK || s == http.StatusNoContent:
-		return classCreated
-	case s == http.StatusUnauthorized || s == http.StatusForbidden || s == http.StatusNotFound ||
-		s == http.StatusNotImplemented:
-		return classStop
-	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
-		return classRetry
-	case s >= 500:
-		return classAmbiguous
-	case s >= 400:
-		return classTerminal
-	default:
-		// 1xx, 3xx the HTTP client did not follow, other 2xx: not a
-		// confirmation. Ambiguous, so the attempt limit settles it.
-		return classAmbiguous
-	}
-}
-
-// targetName is the store target of a protocol at a normalised endpoint:
-// the protocol, a space and the endpoint, with the value of each credential
-// in its query (?access_token=...) replaced by its digest, so that the store
-// never holds a token and an endpoint without one keeps the name earlier
-// versions gave it.
-func targetName(proto, endpoint string) string {
-	return proto + " " + credential.Digest(endpoint)
 }
 
 // stepsOf is the target's steps for k. A payload that is not a document
@@ -396,15 +324,6 @@ func jsonKind(body []byte) string {
 	default:
 		return "a number"
 	}
-}
-
-// recordURL is {endpoint}/{name}, the endpoint's query kept after the name.
-func recordURL(endpoint, name string) string {
-	base, query, found := strings.Cut(endpoint, "?")
-	if found {
-		return base + "/" + name + "?" + query
-	}
-	return base + "/" + name
 }
 
 // errHeaderGuarded is the error for a caller's header that a target sets

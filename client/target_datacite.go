@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -114,7 +115,7 @@ type dataciteDriver struct {
 	event    string // "", "publish" or "register"
 }
 
-func (t DataCite) Driver() (driver, error) {
+func (t DataCite) Driver() (driver.Driver, error) {
 	raw := t.Endpoint
 	if strings.TrimSpace(raw) == "" {
 		raw = DataCiteTestEndpoint
@@ -135,13 +136,13 @@ func (t DataCite) Driver() (driver, error) {
 }
 
 func (d dataciteDriver) Name() string {
-	return targetName(protocol.DataCite, d.endpoint) + " " + d.prefix
+	return driver.TargetName(protocol.DataCite, d.endpoint) + " " + d.prefix
 }
 
 // eventTarget is the store target of the event step: its own namespace, so
 // a DOI created but not yet published is found by the next run.
 func (d dataciteDriver) eventTarget() string {
-	return targetName(protocol.DataCite+"-"+d.event, d.endpoint) + " " + d.prefix
+	return driver.TargetName(protocol.DataCite+"-"+d.event, d.endpoint) + " " + d.prefix
 }
 
 func (d dataciteDriver) StepTargets() []string {
@@ -193,18 +194,18 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			return request{Method: http.MethodPost, URL: d.url(""), Header: header(), Body: body}, nil
 		},
 		Judge: func(a answer) verdict {
-			cls := classifyCommon(a)
+			cls := driver.Classify(a)
 			if a.Err == nil {
 				switch {
 				case a.Status == http.StatusConflict:
 					// Two creators raced and the other won: exists, to be
 					// read back.
-					cls = classConflict
+					cls = driver.Conflict
 				case a.Status == http.StatusUnprocessableEntity && doiTaken(a.Body):
 					// Exists, but perhaps not ours: the read-back decides.
 					// As a conflict, a DOI taken but not readable (another
 					// repository's draft) is never claimed.
-					cls = classConflict
+					cls = driver.Conflict
 				}
 			}
 			return verdict{Class: cls, ID: doi}
@@ -224,7 +225,7 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			Build: func([]string) (request, error) {
 				return request{Method: http.MethodPut, URL: doiURL, Header: header(), Body: event}, nil
 			},
-			Judge:    func(a answer) verdict { return verdict{Class: classifyCommon(a), ID: doi} },
+			Judge:    func(a answer) verdict { return verdict{Class: driver.Classify(a), ID: doi} },
 			Fallback: doi,
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -142,7 +143,7 @@ type invenioDriver struct {
 	searchRate float64
 }
 
-func (t Invenio) Driver() (driver, error) {
+func (t Invenio) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("Invenio.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -165,18 +166,24 @@ func (t Invenio) Driver() (driver, error) {
 }
 
 // The store targets: the published deposit, its draft, its files, and the
-// drafts to look for again, each named by targetName so that a token in
+// drafts to look for again, each named by driver.TargetName so that a token in
 // the endpoint's query is not stored.
-func (d invenioDriver) publishTarget() string { return targetName(protocol.Invenio, d.endpoint) }
-func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
-func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
+func (d invenioDriver) publishTarget() string { return driver.TargetName(protocol.Invenio, d.endpoint) }
+func (d invenioDriver) draftTarget() string {
+	return driver.TargetName(protocol.Invenio+"-draft", d.endpoint)
+}
+func (d invenioDriver) fileTarget() string {
+	return driver.TargetName(protocol.Invenio+"-file", d.endpoint)
+}
 func (d invenioDriver) recheckTarget() string {
-	return targetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
+	return driver.TargetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
 }
 
 // scanTarget names the scan of the user's records (dedup's scan tables),
 // one per endpoint whatever the steps.
-func (d invenioDriver) scanTarget() string { return targetName(protocol.Invenio+"-scan", d.endpoint) }
+func (d invenioDriver) scanTarget() string {
+	return driver.TargetName(protocol.Invenio+"-scan", d.endpoint)
+}
 
 // Name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
@@ -282,9 +289,9 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 		},
 		Judge: func(a answer) verdict {
 			v := invenioVerdict(a)
-			if v.Class == classCreated {
+			if v.Class == driver.Created {
 				if v.ID = stringMember(a.Body, "id"); v.ID == "" {
-					v.Class, v.Problem = classAmbiguous, "the create answer names no draft id"
+					v.Class, v.Problem = driver.Ambiguous, "the create answer names no draft id"
 				}
 				if bytes.Contains(a.Body, []byte(`"errors"`)) {
 					// InvenioRDM keeps a draft with invalid or missing fields
@@ -379,11 +386,11 @@ func (d invenioDriver) markerCheck(marker string) *check {
 		},
 		Judge: func(a answer) finding {
 			if a.Err != nil || a.Status != http.StatusOK {
-				return finding{Kind: findingUnknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			}
 			hits, _, ok := invenioHits(a.Body)
 			if !ok {
-				return finding{Kind: findingUnknown, Class: classAmbiguous, Problem: "the search answer is not a page of hits"}
+				return finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the search answer is not a page of hits"}
 			}
 			// The identifier field is text: a phrase query also matches
 			// longer identifiers, so only exact values count.
@@ -395,11 +402,11 @@ func (d invenioDriver) markerCheck(marker string) *check {
 			}
 			switch len(ids) {
 			case 0:
-				return finding{Kind: findingAbsent}
+				return finding{Kind: driver.Absent}
 			case 1:
-				return finding{Kind: findingPresent, ID: ids[0]}
+				return finding{Kind: driver.Present, ID: ids[0]}
 			}
-			return finding{Kind: findingForeign, Problem: fmt.Sprintf(
+			return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 				"%d records carry the marker %s: %s; keep one, delete the surplus drafts (DELETE /api/records/{id}/draft), then run again with --retry-failed",
 				len(ids), marker, strings.Join(ids, ", "))}
 		},
@@ -421,14 +428,14 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 			},
 			Judge: func(a answer) finding {
 				if a.Err == nil && a.Status == http.StatusNotFound {
-					return finding{Kind: findingAbsent}
+					return finding{Kind: driver.Absent}
 				}
 				if a.Err != nil || a.Status != http.StatusOK {
-					return finding{Kind: findingUnknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+					return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 				}
 				status, sum := stringMember(a.Body, "status"), stringMember(a.Body, "checksum")
 				if status == "completed" && sum != want {
-					return finding{Kind: findingForeign, Problem: fmt.Sprintf(
+					return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 						"%s on the draft is committed with %s, not the %s of the bytes keyed: delete it (DELETE .../draft/files/{key}) and run again with --retry-failed",
 						label, sum, want)}
 				}
@@ -447,18 +454,18 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
 			switch {
-			case v.Class == classCreated:
+			case v.Class == driver.Created:
 				v.ID = "pending"
 			case a.Err == nil && a.Status == http.StatusBadRequest && strings.Contains(invenioProblem(a.Body), "already exists"):
-				v.Class = classConflict // started before: its entry says how far
+				v.Class = driver.Conflict // started before: its entry says how far
 			}
 			return v
 		},
 		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{Kind: findingPresent, ID: "completed"}
+				return finding{Kind: driver.Present, ID: "completed"}
 			}
-			return finding{Kind: findingPresent, ID: "pending"}
+			return finding{Kind: driver.Present, ID: "pending"}
 		}),
 	}
 	upload := step{
@@ -479,23 +486,23 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
 			switch {
-			case v.Class == classCreated && bytes.Contains(a.Body, []byte(`"errors"`)):
+			case v.Class == driver.Created && bytes.Contains(a.Body, []byte(`"errors"`)):
 				// Older InvenioRDM answers 200 with errors to an upload to a
 				// committed file, having deleted it.
-				v.Class, v.Problem = classTerminal, "the upload was refused: "+invenioProblem(a.Body)
-			case v.Class == classCreated:
+				v.Class, v.Problem = driver.Terminal, "the upload was refused: "+invenioProblem(a.Body)
+			case v.Class == driver.Created:
 				v.ID = "uploaded"
 			case a.Err == nil && a.Status == http.StatusBadRequest && strings.Contains(invenioProblem(a.Body), "already committed"):
 				// Committed before: the commit step checks its checksum.
-				v.Class, v.ID = classExists, "committed"
+				v.Class, v.ID = driver.Exists, "committed"
 			}
 			return v
 		},
 		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{Kind: findingPresent, ID: want}
+				return finding{Kind: driver.Present, ID: want}
 			}
-			return finding{Kind: findingAbsent} // pending: send the bytes again
+			return finding{Kind: driver.Absent} // pending: send the bytes again
 		}),
 	}
 	commit := step{
@@ -506,24 +513,24 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 		},
 		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
-			if v.Class != classCreated {
+			if v.Class != driver.Created {
 				return v
 			}
 			switch sum := stringMember(a.Body, "checksum"); sum {
 			case want:
 				v.ID = want
 			case "":
-				v.Class, v.Problem = classAmbiguous, "the commit answer has no checksum"
+				v.Class, v.Problem = driver.Ambiguous, "the commit answer has no checksum"
 			default:
-				v.Class, v.Problem = classTerminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
+				v.Class, v.Problem = driver.Terminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
 			}
 			return v
 		},
 		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{Kind: findingPresent, ID: want}
+				return finding{Kind: driver.Present, ID: want}
 			}
-			return finding{Kind: findingAbsent}
+			return finding{Kind: driver.Absent}
 		}),
 	}
 	return []step{initStep, upload, commit}
@@ -533,7 +540,7 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 // published with, else the record id.
 func (d invenioDriver) publishStep(key string) step {
 	pid := func(body []byte, id string) string {
-		if doi, ok := stringAtPointers(body, []string{"/pids/doi/identifier"}); ok {
+		if doi, ok := driver.StringAt(body, []string{"/pids/doi/identifier"}); ok {
 			return doi
 		}
 		return id
@@ -547,15 +554,15 @@ func (d invenioDriver) publishStep(key string) step {
 			v := invenioFileVerdict(a)
 			switch {
 			case a.Err == nil && a.Status == http.StatusAccepted:
-				v.Class = classCreated
+				v.Class = driver.Created
 			case a.Err == nil && a.Status == http.StatusNotFound:
 				// No draft: published already (by another process sharing
 				// the store), or deleted. The read-back tells which.
-				v.Class, v.Problem = classConflict, "the draft is gone and the record is not published (deleted?)"
-			case v.Class == classTerminal:
+				v.Class, v.Problem = driver.Conflict, "the draft is gone and the record is not published (deleted?)"
+			case v.Class == driver.Terminal:
 				v.Problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.Problem
 			}
-			if v.Class == classCreated {
+			if v.Class == driver.Created {
 				v.ID = pid(a.Body, stringMember(a.Body, "id"))
 			}
 			return v
@@ -572,13 +579,13 @@ func (d invenioDriver) publishStep(key string) step {
 						Published bool   `json:"is_published"`
 					}
 					if json.Unmarshal(a.Body, &r) != nil || !r.Published {
-						return finding{Kind: findingAbsent}
+						return finding{Kind: driver.Absent}
 					}
-					return finding{Kind: findingPresent, ID: pid(a.Body, r.ID)}
+					return finding{Kind: driver.Present, ID: pid(a.Body, r.ID)}
 				case a.Err == nil && a.Status == http.StatusNotFound:
-					return finding{Kind: findingAbsent} // "not registered": never published
+					return finding{Kind: driver.Absent} // "not registered": never published
 				}
-				return finding{Kind: findingUnknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			},
 		},
 	}
@@ -715,7 +722,7 @@ func invenioHits(body []byte) ([]invenioHit, int, bool) {
 // invenioVerdict classifies an answer per the protocol table, with
 // InvenioRDM's error body as the problem.
 func invenioVerdict(a answer) verdict {
-	v := verdict{Class: classifyCommon(a)}
+	v := verdict{Class: driver.Classify(a)}
 	if a.Err == nil && a.Status >= 400 {
 		v.Problem = invenioProblem(a.Body)
 	}
@@ -728,7 +735,7 @@ func invenioVerdict(a answer) verdict {
 func invenioFileVerdict(a answer) verdict {
 	v := invenioVerdict(a)
 	if a.Err == nil && a.Status == http.StatusNotFound {
-		v.Class = classTerminal
+		v.Class = driver.Terminal
 		v.Problem = "the draft or file is gone (deleted?): " + v.Problem
 	}
 	return v
@@ -757,7 +764,7 @@ func invenioProblem(body []byte) string {
 
 // stringMember is the string member name of a JSON object body, or "".
 func stringMember(body []byte, name string) string {
-	s, _ := stringAtPointers(body, []string{"/" + name})
+	s, _ := driver.StringAt(body, []string{"/" + name})
 	return s
 }
 

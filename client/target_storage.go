@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -60,18 +61,18 @@ type CouchDB struct {
 
 type webdavDriver struct{ endpoint string }
 
-func (t WebDAV) Driver() (driver, error) {
+func (t WebDAV) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("WebDAV.Endpoint", t.Endpoint)
 	return webdavDriver{ep}, err
 }
 
-func (d webdavDriver) Name() string              { return targetName(protocol.WebDAV, d.endpoint) }
+func (d webdavDriver) Name() string              { return driver.TargetName(protocol.WebDAV, d.endpoint) }
 func (d webdavDriver) StepTargets() []string     { return nil }
 func (d webdavDriver) SecretFingerprint() string { return "" }
 func (d webdavDriver) Guards(name string) bool   { return guardsConditional(name) }
 
 func (d webdavDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		Build: conditionalPut(url, k.Body),
@@ -79,13 +80,13 @@ func (d webdavDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 			if a.Err == nil {
 				switch a.Status {
 				case http.StatusPreconditionFailed:
-					return verdict{Class: classExists}
+					return verdict{Class: driver.Exists}
 				case http.StatusConflict:
-					return verdict{Class: classStop, Problem: "the collection " + parentCollection(url) + " does not exist"}
+					return verdict{Class: driver.Stop, Problem: "the collection " + parentCollection(url) + " does not exist"}
 				}
 			}
-			v := verdict{Class: classifyCommon(a)}
-			if v.Class == classCreated && a.Status != http.StatusCreated {
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created && a.Status != http.StatusCreated {
 				v.Warn = ignoredConditionWarning
 			}
 			return v
@@ -105,7 +106,7 @@ type s3Driver struct {
 	creds    AWSCredentials
 }
 
-func (t S3) Driver() (driver, error) {
+func (t S3) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("S3.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func (t S3) Driver() (driver, error) {
 	return s3Driver{endpoint: ep, creds: t.AWS}, nil
 }
 
-func (d s3Driver) Name() string              { return targetName(protocol.S3, d.endpoint) }
+func (d s3Driver) Name() string              { return driver.TargetName(protocol.S3, d.endpoint) }
 func (d s3Driver) StepTargets() []string     { return nil }
 func (d s3Driver) SecretFingerprint() string { return "" }
 
@@ -169,7 +170,7 @@ func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 			return request{Method: http.MethodPut, URL: url, Header: h, Body: k.Body}, nil
 		},
 		Judge:    judgeS3,
-		Fallback: credential.Strip(recordURL(d.endpoint, name)),
+		Fallback: credential.Strip(driver.RecordURL(d.endpoint, name)),
 	}), nil
 }
 
@@ -256,30 +257,30 @@ var s3StopCodes = map[string]bool{
 // PutObject with 200, so a 200 confirms it and hints at nothing.
 func judgeS3(a answer) verdict {
 	if a.Err != nil {
-		return verdict{Class: classifyCommon(a)}
+		return verdict{Class: driver.Classify(a)}
 	}
 	switch s := a.Status; {
 	case s == http.StatusPreconditionFailed:
-		return verdict{Class: classExists}
+		return verdict{Class: driver.Exists}
 	case s < 300:
-		return verdict{Class: classifyCommon(a)}
+		return verdict{Class: driver.Classify(a)}
 	case s < 400:
 		// S3 redirects (PermanentRedirect, TemporaryRedirect) name another
 		// region or endpoint: the bucket URL is wrong.
 		_, problem := s3Problem(a.Body)
-		return verdict{Class: classStop, Problem: problem}
+		return verdict{Class: driver.Stop, Problem: problem}
 	}
 	code, problem := s3Problem(a.Body)
-	v := verdict{Class: classifyCommon(a), Problem: problem}
+	v := verdict{Class: driver.Classify(a), Problem: problem}
 	switch {
 	case code == "ConditionalRequestConflict" || code == "OperationAborted":
 		// A concurrent write of the same key is in progress; its outcome
 		// decides ours, so ask again.
-		v.Class = classRetry
+		v.Class = driver.Retry
 	case code == "SlowDown" || code == "RequestTimeout":
-		v.Class = classRetry
+		v.Class = driver.Retry
 	case s3StopCodes[code]:
-		v.Class = classStop
+		v.Class = driver.Stop
 	}
 	return v
 }
@@ -303,12 +304,12 @@ func s3Problem(body []byte) (code, problem string) {
 
 type couchdbDriver struct{ endpoint string }
 
-func (t CouchDB) Driver() (driver, error) {
+func (t CouchDB) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("CouchDB.Endpoint", t.Endpoint)
 	return couchdbDriver{ep}, err
 }
 
-func (d couchdbDriver) Name() string              { return targetName(protocol.CouchDB, d.endpoint) }
+func (d couchdbDriver) Name() string              { return driver.TargetName(protocol.CouchDB, d.endpoint) }
 func (d couchdbDriver) StepTargets() []string     { return nil }
 func (d couchdbDriver) SecretFingerprint() string { return "" }
 func (d couchdbDriver) Guards(name string) bool   { return guardsConditional(name) }
@@ -330,7 +331,7 @@ func (d couchdbDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 		}
 		return []step{s}, nil
 	}
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		Build: func([]string) (request, error) {
