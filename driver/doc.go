@@ -48,7 +48,8 @@
 // [Present] finding settles the step with [Finding.ID]; [Absent] lets the
 // engine send the request (after an ambiguous attempt, only once the check
 // has looked again [Check.Settle] later); [Foreign] is terminal; [Unknown]
-// is retried by its [Finding.Class], then leaves the deposit unresolved.
+// is looked at again if its [Finding.Class] is retryable, else leaves the
+// deposit unresolved (or stops the run, for [Stop]).
 //
 // # What the flags promise
 //

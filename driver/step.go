@@ -182,7 +182,9 @@ type Finding struct {
 	Problem string
 	// Warn is logged once per client when set (a read the server refuses).
 	Warn string
-	// Class is the class of an answer that settles nothing ([Unknown]):
-	// [Retry] or [Ambiguous] to look again, [Stop] to stop the run.
+	// Class is the class of an answer that settles nothing ([Unknown]),
+	// [Classify]'s as a rule: a retryable class looks again within the
+	// attempt limit, [Stop] stops the run, and any other, or the limit
+	// reached, leaves the deposit unresolved.
 	Class Class
 }
