@@ -10,17 +10,16 @@ import (
 // A deposit is a list of steps (create; upload file P; publish), which a
 // [Driver] returns for each payload. The engine guards every step the same
 // way, by the fields below, and checks the list before anything is sent
-// (see the package doc for its rules). A Step is read-only once returned:
-// the engine may call its functions from several goroutines, one deposit
-// at a time each.
+// (see the package doc for its rules). A Step is read-only once returned.
 type Step struct {
 	// Label names the step in errors ("publish step"); "" for the write
 	// that creates the record itself.
 	Label string
-	// Target and Key are the store row that guards a durable step: the
-	// primary step is stored under [Driver.Name] and the deposit key;
-	// another durable step under a target of its own (one of
-	// [Driver.StepTargets]) and the deposit key, unless it sets Key.
+	// Target and Key are the store row that guards a durable step, both
+	// required: the primary step's is [Driver.Name] and the deposit key
+	// (canonical.Keyed.Key); another durable step's is a target of its
+	// own, one of [Driver.StepTargets], and the deposit key or a key
+	// derived from it (one per file of a dataset).
 	Target, Key string
 	// Primary marks the step whose outcome and identifier are the
 	// deposit's. Its row is the deposit's intent: it is recorded before the
@@ -52,8 +51,8 @@ type Step struct {
 	// error is the deposit's (the engine reports it as invalid).
 	Build func(prior []string) (Request, error)
 	// Judge classifies an answer to the request. It must be a pure
-	// function of the answer: the engine may call it again on the same
-	// answer, and a body it changed would mislead a later reader.
+	// function of the answer: it keeps no state between answers and does
+	// not rewrite the body for a later reader.
 	Judge func(Answer) Verdict
 	// Check, when set, finds out whether the step took effect: after an
 	// [Exists] answer without an identifier, a [Conflict], or, for a step
