@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/depositkit/deposit/canonical"
@@ -33,19 +34,20 @@ func (s Shelf) Steps(k canonical.Keyed, _ string) ([]driver.Step, error) {
 	body, err := json.Marshal(map[string]any{"marker": k.Key, "metadata": json.RawMessage(k.Body)})
 	create := driver.Step{Primary: true, Durable: true, Target: s.Name(), Key: k.Key,
 		Build: s.request("POST", "/records", body), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found("/hits/0")}}
+		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found}}
 	publish := driver.Step{Label: "publish", Durable: true, Target: s.Name() + " publish", Key: k.Key,
-		Build: s.request("POST", "/records/%s/publish", nil), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found("/hits/0")}}
+		Build: s.request("POST", "/records/{id}/publish", nil), Judge: judgeID,
+		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found}}
 	return []driver.Step{create, publish}, err
 }
 
-// request builds a request to path, in which %s stands for the record id.
+// request builds a request to path, in which {id} stands for the record's
+// id: the identifier of the first step.
 func (s Shelf) request(method, path string, body []byte) func([]string) (driver.Request, error) {
 	return func(prior []string) (driver.Request, error) {
 		url := s.Endpoint + path
 		if len(prior) > 0 {
-			url = fmt.Sprintf(url, prior[0])
+			url = strings.ReplaceAll(url, "{id}", prior[0])
 		}
 		return driver.Request{Method: method, URL: url, Body: body, Full: true}, nil
 	}
@@ -56,25 +58,24 @@ func judgeID(a driver.Answer) driver.Verdict {
 	return driver.Verdict{Class: driver.Classify(a), ID: id}
 }
 
-// found judges a look-up: a 200 naming an id at pointer is present.
-func found(pointer string) func(driver.Answer) driver.Finding {
-	return func(a driver.Answer) driver.Finding {
-		if a.Err != nil || a.Status != http.StatusOK {
-			return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
-		}
-		if id, ok := driver.StringAt(a.Body, []string{pointer}); ok {
-			return driver.Finding{Kind: driver.Present, ID: id}
-		}
-		return driver.Finding{Kind: driver.Absent}
+// found judges a search: a page whose first hit names an id is present.
+func found(a driver.Answer) driver.Finding {
+	if a.Err != nil || a.Status != http.StatusOK {
+		return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 	}
+	if id, ok := driver.StringAt(a.Body, []string{"/hits/0"}); ok {
+		return driver.Finding{Kind: driver.Present, ID: id}
+	}
+	return driver.Finding{Kind: driver.Absent}
 }
 
-// Deposit two payloads to a repository whose answer to the first create is
-// lost after the record was made (a 502): the search finds it, and a replay
-// of both payloads is answered from the store.
+// Deposit two payloads to a repository that loses its answers to the first
+// create and the first publish after they took effect (a 502): the
+// searches find both, nothing is sent twice, and a replay of both payloads
+// is answered from the store.
 func Example() {
 	var mu sync.Mutex
-	markers, published := []string{}, map[string]bool{}
+	markers, published, publishes := []string{}, map[string]bool{}, 0
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /records", func(w http.ResponseWriter, r *http.Request) {
 		var rec struct{ Marker string }
@@ -107,6 +108,10 @@ func Example() {
 		mu.Lock()
 		defer mu.Unlock()
 		published[r.PathValue("id")] = true
+		if publishes++; publishes == 1 {
+			w.WriteHeader(http.StatusBadGateway) // published, but the answer is lost
+			return
+		}
 		fmt.Fprintf(w, `{"id":%q}`, r.PathValue("id"))
 	})
 	srv := httptest.NewServer(mux)
@@ -134,11 +139,11 @@ func Example() {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Println("records:", len(markers), "published:", len(published))
+	fmt.Println("records:", len(markers), "published:", len(published), "publish requests:", publishes)
 	// Output:
 	// created 1 <nil>
 	// created 2 <nil>
 	// replayed 1 <nil>
 	// replayed 2 <nil>
-	// records: 2 published: 2
+	// records: 2 published: 2 publish requests: 2
 }
