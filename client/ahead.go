@@ -154,30 +154,30 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 			continue
 		}
 		steps, err := c.stepsOf(*j.k, "")
-		if err != nil || !claimsFirst(steps) || !steps[0].arbitrated {
+		if err != nil || !claimsFirst(steps) || !steps[0].Arbitrated {
 			continue
 		}
 		s := steps[0]
-		e := &claimAhead{key: s.key}
+		e := &claimAhead{key: s.Key}
 		b.mu.Lock()
-		_, taken := b.keys[s.key]
+		_, taken := b.keys[s.Key]
 		if !taken {
-			b.keys[s.key] = e
+			b.keys[s.Key] = e
 		}
 		b.mu.Unlock()
 		// The key is noted before flights are asked, and a deposit joins
 		// its flight before it looks here: one of the two sees the other.
-		if taken || c.flights.has(s.key) {
+		if taken || c.flights.has(s.Key) {
 			if !taken {
 				b.forget(ctx, e)
 			}
 			continue
 		}
 		var body []byte
-		if s.keepBody {
+		if s.KeepBody {
 			body = j.k.Body
 		}
-		intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: s.target, Key: s.key}, Body: body})
+		intents = append(intents, dedup.Intent{Ref: dedup.Ref{Target: s.Target, Key: s.Key}, Body: body})
 		mine = append(mine, e)
 		j.ahead = e
 	}
@@ -323,5 +323,5 @@ func (c *Client) claimsInGroups(outs *outcomes) bool {
 // claimsFirst reports whether a batch deposit of steps claims its key
 // without looking it up first: a deposit of one durable step.
 func claimsFirst(steps []step) bool {
-	return len(steps) == 1 && steps[0].primary && steps[0].durable
+	return len(steps) == 1 && steps[0].Primary && steps[0].Durable
 }

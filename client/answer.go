@@ -11,9 +11,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
-	"github.com/depositkit/deposit/internal/jsonpointer"
 )
 
 // maxAnswerBytes bounds how much of a response body is read when only its
@@ -21,7 +20,7 @@ import (
 const maxAnswerBytes = 64 << 10
 
 // maxFullAnswerBytes bounds the body of an answer read for more than its
-// class (request.full): a limit no real answer reaches (a page of 100
+// class (driver.Request.Full): a limit no real answer reaches (a page of 100
 // InvenioRDM records is well under 1 MiB, a record with 100 file entries
 // about 100 KiB). A larger body is refused (errAnswerTooLarge) rather than
 // read cut.
@@ -32,7 +31,7 @@ const maxFullAnswerBytes = 16 << 20
 // resolved against the request URL (without its credentials, which a bare
 // Location would otherwise inherit), else the record URL.
 func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
-	if id, ok := stringAtPointers(body, pointers); ok {
+	if id, ok := driver.StringAt(body, pointers); ok {
 		return id
 	}
 	if loc := header.Get("Location"); loc != "" {
@@ -43,45 +42,6 @@ func identifierFrom(body []byte, header http.Header, pointers []string, requestU
 		}
 	}
 	return recordURL
-}
-
-// stringAtPointers returns the string found at the first of pointers (RFC
-// 6901) that names a non-empty string in body. The payload parser reads it,
-// in a fifth of the time decoding a 3 KB record into Go values takes (three
-// fifths for a short answer), on every answer of a batch; a body that
-// parser refuses, such as one with a member named twice, is decoded as
-// encoding/json reads it.
-func stringAtPointers(body []byte, pointers []string) (string, bool) {
-	body = bytes.TrimSpace(body)
-	if len(pointers) == 0 || len(body) == 0 || (body[0] != '{' && body[0] != '[') {
-		return "", false
-	}
-	if s, ok, err := canonical.StringAt(body, pointers); err == nil {
-		return s, ok
-	}
-	return decodedStringAtPointers(body, pointers)
-}
-
-// decodedStringAtPointers is stringAtPointers through encoding/json.
-func decodedStringAtPointers(body []byte, pointers []string) (string, bool) {
-	var doc any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
-		return "", false
-	}
-	for _, p := range pointers {
-		toks, err := jsonpointer.Parse(p)
-		if err != nil {
-			continue
-		}
-		if v, _ := jsonpointer.Get(doc, toks); v != nil {
-			if s, ok := v.(string); ok && s != "" {
-				return s, true
-			}
-		}
-	}
-	return "", false
 }
 
 // missedPointer is the warning for an answer whose JSON body names no string
@@ -95,7 +55,7 @@ func missedPointer(user string, body []byte) string {
 	if user == "" || len(body) == 0 || (body[0] != '{' && body[0] != '[') || !json.Valid(body) {
 		return ""
 	}
-	if _, ok := stringAtPointers(body, []string{user}); ok {
+	if _, ok := driver.StringAt(body, []string{user}); ok {
 		return ""
 	}
 	return "the identifier pointer " + strconv.Quote(user) + " names no string in the server's answer; identifiers fall back to Location or the record URL"

@@ -14,6 +14,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // Config configures a Client. Only Target and Store are required; every
@@ -259,7 +260,7 @@ type Result struct {
 // default one's, which closes them after 90 s idle like
 // http.DefaultTransport.
 type Client struct {
-	target      driver
+	target      driver.Driver
 	keyer       *canonical.Keyer
 	store       Store // the caller's, through guard
 	guard       *storeGuard
@@ -296,7 +297,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is required", ErrConfig)
 	}
-	drv, err := cfg.Target.driver()
+	drv, err := cfg.Target.Driver()
 	if err != nil {
 		if !errors.Is(err, ErrConfig) {
 			err = fmt.Errorf("%w: %w", ErrConfig, err)
@@ -304,7 +305,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	for name := range cfg.Header {
-		if drv.guards(name) {
+		if drv.Guards(name) {
 			return nil, errHeaderGuarded(name)
 		}
 	}
@@ -361,8 +362,8 @@ func New(cfg Config) (*Client, error) {
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
 
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
-		SecretFingerprint: drv.secretFingerprint()}
-	for _, target := range append([]string{drv.name()}, drv.stepTargets()...) {
+		SecretFingerprint: drv.SecretFingerprint()}
+	for _, target := range append([]string{drv.Name()}, drv.StepTargets()...) {
 		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
 			if errors.Is(err, dedup.ErrSettingsMismatch) {
 				return nil, mismatchError{store: err}
@@ -377,7 +378,7 @@ func New(cfg Config) (*Client, error) {
 // deposits: the protocol and the normalised endpoint, a credential in its
 // query replaced by a digest (and the DOI prefix under DataCite). Steps
 // after the create have names of their own.
-func (c *Client) StoreTarget() string { return c.target.name() }
+func (c *Client) StoreTarget() string { return c.target.Name() }
 
 // Key returns the key and request body of a payload without depositing it.
 func (c *Client) Key(payload []byte) (canonical.Keyed, error) {

@@ -94,7 +94,7 @@ func TestNoRateLimitIsUnlimitedUnderEveryTarget(t *testing.T) {
 		{DataCite{Prefix: "10.5072"}, DataCiteRate},
 		{Invenio{Endpoint: "http://repo.example/api"}, InvenioRate},
 	} {
-		d, err := tc.target.driver()
+		d, err := tc.target.Driver()
 		require.NoError(t, err)
 		limiterOf := func(rate float64) *backoff.Limiter {
 			hc, _ := newHTTPClient(nil, d, rate, false)

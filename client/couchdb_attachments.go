@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 )
 
@@ -67,20 +68,20 @@ func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, er
 	for i, f := range files {
 		size += int64(len(head[i])) + int64(base64.StdEncoding.EncodedLen(int(f.Size)))
 	}
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return step{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Content-Type", "application/json")
 			open := func() (io.Reader, error) {
 				return newCouchInlineBody(dir, files, head, tail, size), nil
 			}
-			return request{method: http.MethodPut, url: url, header: h, open: open, size: size}, nil
+			return request{Method: http.MethodPut, URL: url, Header: h, Open: open, Size: size}, nil
 		},
-		judge:    judgeCouchDB,
-		check:    couchAttachmentsCheck(url, files, k.MD5),
-		fallback: credential.Strip(url),
+		Judge:    judgeCouchDB,
+		Check:    couchAttachmentsCheck(url, files, k.MD5),
+		Fallback: credential.Strip(url),
 	}, nil
 }
 
@@ -229,24 +230,24 @@ func (b *base64File) close() {
 
 // judgeCouchDB judges an answer to a document PUT without a revision.
 func judgeCouchDB(a answer) verdict {
-	if a.err != nil {
-		if errors.Is(a.err, errFileChanged) {
+	if a.Err != nil {
+		if errors.Is(a.Err, errFileChanged) {
 			// The body failed before it was complete: nothing was stored,
 			// and sending it again sends the same changed file.
-			return verdict{class: classTerminal, problem: scrub(a.err).Error()}
+			return verdict{Class: driver.Terminal, Problem: scrub(a.Err).Error()}
 		}
-		return verdict{class: classifyCommon(a)}
+		return verdict{Class: driver.Classify(a)}
 	}
-	switch a.status {
+	switch a.Status {
 	case http.StatusAccepted:
 		// Accepted, not yet on every node.
-		return verdict{class: classCreated}
+		return verdict{Class: driver.Created}
 	case http.StatusConflict:
 		// {"error":"conflict"}: a document with this id exists. The id is
 		// the content key, so it is ours.
-		return verdict{class: classExists}
+		return verdict{Class: driver.Exists}
 	}
-	return verdict{class: classifyCommon(a)}
+	return verdict{Class: driver.Classify(a)}
 }
 
 // couchAttachmentsCheck reads a dataset's document back and finds it ours
@@ -257,25 +258,25 @@ func judgeCouchDB(a answer) verdict {
 // it.
 func couchAttachmentsCheck(url string, files []datasetFile, md5s map[string]string) *check {
 	return &check{
-		build: func([]string) (request, error) {
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Accept", "application/json")
-			return request{method: http.MethodGet, url: url, header: h}, nil
+			return request{Method: http.MethodGet, URL: url, Header: h}, nil
 		},
-		judge: func(a answer) finding {
-			if a.err != nil {
-				return finding{kind: findingUnknown, cls: classifyCommon(a)}
+		Judge: func(a answer) finding {
+			if a.Err != nil {
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			}
-			switch a.status {
+			switch a.Status {
 			case http.StatusOK:
-				if problem := couchMissingFile(a.body, files, md5s); problem != "" {
-					return finding{kind: findingForeign, problem: problem}
+				if problem := couchMissingFile(a.Body, files, md5s); problem != "" {
+					return finding{Kind: driver.Foreign, Problem: problem}
 				}
-				return finding{kind: findingPresent}
+				return finding{Kind: driver.Present}
 			case http.StatusNotFound:
-				return finding{kind: findingAbsent}
+				return finding{Kind: driver.Absent}
 			}
-			return finding{kind: findingUnknown, cls: classifyCommon(a)}
+			return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 		},
 	}
 }

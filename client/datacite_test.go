@@ -49,11 +49,11 @@ func setEvent(cfg *Config, event string) {
 // dataciteCreate is the create request of a deposit of key with body, as
 // c's DataCite target builds it.
 func dataciteCreate(c *Client, key string, body []byte) (request, error) {
-	steps, err := c.target.steps(canonical.Keyed{Key: key, Body: body}, "")
+	steps, err := c.target.Steps(canonical.Keyed{Key: key, Body: body}, "")
 	if err != nil {
 		return request{}, err
 	}
-	return steps[0].build(nil)
+	return steps[0].Build(nil)
 }
 
 func newStub(t *testing.T, cfg repotest.DataCiteConfig) *repotest.DataCiteServer {
@@ -175,10 +175,10 @@ func TestDataCiteRequestBody(t *testing.T) {
 	t.Run("the payload's attributes with the DOI and the key added", func(t *testing.T) {
 		req, err := dataciteCreate(c, k.Key, k.Body)
 		require.NoError(t, err)
-		require.Equal(t, http.MethodPost, req.method)
-		require.Equal(t, srv.URL+"/dois", req.url)
-		require.Equal(t, "application/vnd.api+json", req.header.Get("Content-Type"))
-		body := req.body
+		require.Equal(t, http.MethodPost, req.Method)
+		require.Equal(t, srv.URL+"/dois", req.URL)
+		require.Equal(t, "application/vnd.api+json", req.Header.Get("Content-Type"))
+		body := req.Body
 		var doc struct {
 			Data struct {
 				Type       string         `json:"type"`
@@ -201,7 +201,7 @@ func TestDataCiteRequestBody(t *testing.T) {
 		require.NotEqual(t, k.Key, k2.Key, "the key is over the line as given")
 		req, err := dataciteCreate(c, k2.Key, k2.Body)
 		require.NoError(t, err)
-		require.Contains(t, string(req.body), `"x-1"`)
+		require.Contains(t, string(req.Body), `"x-1"`)
 	})
 	for name, bad := range map[string]string{
 		"another doi is refused":                     `{"doi":"10.5072/other"}`,
@@ -554,7 +554,7 @@ func BenchmarkDOI(b *testing.B) {
 // BenchmarkDataCiteRequest builds the create body for a payload: attributes
 // parsed, DOI and key added, JSON:API document encoded.
 func BenchmarkDataCiteRequest(b *testing.B) {
-	d, err := DataCite{Endpoint: "http://127.0.0.1:1", Prefix: testPrefix}.driver()
+	d, err := DataCite{Endpoint: "http://127.0.0.1:1", Prefix: testPrefix}.Driver()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -562,9 +562,9 @@ func BenchmarkDataCiteRequest(b *testing.B) {
 	key := strings.Repeat("e3", 32)
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		steps, err := d.steps(canonical.Keyed{Key: key, Body: body}, "")
+		steps, err := d.Steps(canonical.Keyed{Key: key, Body: body}, "")
 		if err == nil {
-			_, err = steps[0].build(nil)
+			_, err = steps[0].Build(nil)
 		}
 		if err != nil {
 			b.Fatal(err)

@@ -140,14 +140,14 @@ func TestInvenioTakeoverFindsADraftCreatedAfterIt(t *testing.T) {
 	require.NoError(t, err)
 	steps, err := c.stepsOf(k, "")
 	require.NoError(t, err)
-	draft, err := steps[0].build(nil)
+	draft, err := steps[0].Build(nil)
 	require.NoError(t, err)
-	require.Equal(t, http.MethodPost, draft.method)
+	require.Equal(t, http.MethodPost, draft.Method)
 	primary := steps[len(steps)-1]
-	require.True(t, primary.primary, "the publish is the deposit's primary step")
+	require.True(t, primary.Primary, "the publish is the deposit's primary step")
 	// The killed process held the key (its primary step's row) and had
 	// recorded the draft's intent before sending it.
-	claimAndDie(t, db, primary.target, steps[0].target, k.Key)
+	claimAndDie(t, db, primary.Target, steps[0].Target, k.Key)
 
 	// The killed process's draft request, processed by the server only
 	// once the taker's first search has found nothing.
@@ -175,11 +175,11 @@ func TestInvenioTakeoverFindsADraftCreatedAfterIt(t *testing.T) {
 // postAsTheKilledProcess sends req, a draft create, to the stub as the
 // killed process would have.
 func postAsTheKilledProcess(s *repotest.InvenioServer, req request) error {
-	r, err := http.NewRequest(req.method, req.url, bytes.NewReader(req.body))
+	r, err := http.NewRequest(req.Method, req.URL, bytes.NewReader(req.Body))
 	if err != nil {
 		return err
 	}
-	r.Header = req.header.Clone()
+	r.Header = req.Header.Clone()
 	r.Header.Set("Authorization", "Bearer "+invenioTestToken)
 	resp, err := s.Client().Do(r)
 	if err != nil {

@@ -15,7 +15,8 @@
 //
 // [New] builds a [Client] from a [Config] whose Target says where deposits
 // go: a [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] or
-// [Invenio] value with its own options. [Client.Deposit] deposits one payload and
+// [Invenio] value with its own options, or a target of another package
+// written against package driver. [Client.Deposit] deposits one payload and
 // [Client.Run] a stream of them with bounded concurrency, which is what
 // batch programs embed.
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/repotest"
 )
@@ -149,13 +150,13 @@ func TestEmptyPutOnWebDAVPeers(t *testing.T) {
 			require.NoError(t, err)
 			for _, body := range [][]byte{nil, {}} {
 				name := "empty-" + map[bool]string{true: "nil", false: "slice"}[body == nil]
-				req := request{method: http.MethodPut, url: base + "/" + name, header: http.Header{}, body: body}
+				req := request{Method: http.MethodPut, URL: base + "/" + name, Header: http.Header{}, Body: body}
 				a, cls, err := c.newExchange(name, nil).do(context.Background(), req, true, func(a answer) verdict {
-					return verdict{class: classifyCommon(a)}
+					return verdict{Class: driver.Classify(a)}
 				})
 				require.NoError(t, err)
-				require.Equal(t, classCreated, cls)
-				require.Equal(t, http.StatusCreated, a.status)
+				require.Equal(t, driver.Created, cls)
+				require.Equal(t, http.StatusCreated, a.Status)
 				requireEmptyUploads(t, w.requests(t), http.MethodPut, "/"+name)
 
 				status, got := get(t, http.DefaultClient, base+"/"+name)

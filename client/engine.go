@@ -12,6 +12,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // This file is the one place where a deposit's steps are guarded: look up
@@ -136,13 +137,13 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	start, pi := 0, -1
 	for i := range steps {
 		s := &steps[i]
-		if s.primary {
+		if s.Primary {
 			pi, r.primary = i, s
 		}
-		if !s.durable || claimFirst {
+		if !s.Durable || claimFirst {
 			continue
 		}
-		rec, err := c.lookups.lookup(ctx, s.target, s.key)
+		rec, err := c.lookups.lookup(ctx, s.Target, s.Key)
 		switch {
 		case isNotFound(err):
 		case err != nil:
@@ -174,7 +175,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 			continue
 		}
 		if !c.retryFailed {
-			return r.res, r.end, steps[i].wrap(r.recordedFailure(&steps[i], prior[:i], *rec))
+			return r.res, r.end, stepError(steps[i].Label, r.recordedFailure(&steps[i], prior[:i], *rec))
 		}
 		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
 			return r.res, r.end, c.storeError(err)
@@ -207,15 +208,15 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	// The deposit's intent and its lease, claimed before its first request
 	// whichever step sends it, and held until the deposit ends.
 	var body []byte
-	if r.primary.keepBody {
+	if r.primary.KeepBody {
 		body = k.Body
 	}
-	ref := dedup.Ref{Target: r.primary.target, Key: r.primary.key}
+	ref := dedup.Ref{Target: r.primary.Target, Key: r.primary.Key}
 	// The claim is the intent of the primary step too: a resumed deposit
 	// may send that step next. One the server does not arbitrate must not
 	// be lost to a power cut, or the next run would send it without
 	// looking first.
-	got, err := c.claim(ctx, ref, body, pre, !r.primary.arbitrated)
+	got, err := c.claim(ctx, ref, body, pre, !r.primary.Arbitrated)
 	claimed := got.Record
 	switch {
 	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateDone:
@@ -279,9 +280,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		s := &steps[i]
 		var body []byte
 		switch {
-		case s.primary:
+		case s.Primary:
 			body = primaryBody
-		case s.durable:
+		case s.Durable:
 			rec, err := r.begin(ctx, s, nil)
 			if err != nil {
 				return r.res, r.end, err
@@ -291,20 +292,20 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 				prior[i] = rec.Identifier
 				continue
 			case dedup.StateFailed:
-				return r.res, r.end, s.wrap(r.recordedFailure(s, prior[:i], rec))
+				return r.res, r.end, stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			// Settled by this deposit's own earlier steps (step.settled).
 			if prior[i], err = r.confirm(ctx, s, OutcomeCreated, id, 0); err != nil {
-				return r.res, r.end, s.wrap(err)
+				return r.res, r.end, stepError(s.Label, err)
 			}
 			continue
 		}
 		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
 		if err != nil {
-			return r.res, r.end, s.wrap(err)
+			return r.res, r.end, stepError(s.Label, err)
 		}
 		prior[i] = id
 	}
@@ -315,9 +316,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 // warnPastRetention warns when the uncertain row rec of step s is older
 // than the server remembers requests for.
 func (r *runDeposit) warnPastRetention(s *step, rec dedup.Record) {
-	if s.retention > 0 && time.Since(rec.CreatedAt) > s.retention {
+	if s.Retention > 0 && time.Since(rec.CreatedAt) > s.Retention {
 		r.c.log.Warn("resuming an uncertain deposit older than the server's key retention; the server may not recognise its Idempotency-Key and could create a second record",
-			"key", r.key, "pending_since", rec.CreatedAt, "retention", s.retention)
+			"key", r.key, "pending_since", rec.CreatedAt, "retention", s.Retention)
 	}
 }
 
@@ -352,13 +353,13 @@ func (r *runDeposit) replay(rec dedup.Record) {
 // not arbitrate is committed durably across power loss: lost, it would let
 // the next run send the step again without its check looking first.
 func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Record, error) {
-	if !s.keepBody {
+	if !s.KeepBody {
 		body = nil
 	}
-	if !s.arbitrated {
+	if !s.Arbitrated {
 		ctx = dedup.WithDurableCommit(ctx)
 	}
-	rec, err := r.c.store.Begin(ctx, s.target, s.key, body)
+	rec, err := r.c.store.Begin(ctx, s.Target, s.Key, body)
 	if err != nil {
 		return rec, r.c.storeError(err)
 	}
@@ -378,60 +379,60 @@ func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Rec
 // sent could have made it is the step existing (see exists).
 func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []byte, uncertain bool) (string, error) {
 	c := r.c
-	req, err := s.build(prior)
+	req, err := s.Build(prior)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if len(kept) > 0 {
-		req.body = kept
+		req.Body = kept
 	}
-	req.header = c.withUserHeader(req.header)
+	req.Header = c.withUserHeader(req.Header)
 
 	x := c.newExchange(r.key, r.drain)
 	defer func() {
 		r.res.Requests += x.requests
 		r.res.Retries += x.retries
-		if s.primary && x.effect {
+		if s.Primary && x.effect {
 			r.sent = true
 		}
 	}()
 
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.
-	reconciles := !s.arbitrated && s.check != nil
+	reconciles := !s.Arbitrated && s.Check != nil
 	missed := false   // a check found nothing after an ambiguous attempt
 	mine := uncertain // an attempt of this deposit may have taken effect
 	if uncertain && reconciles {
-		f, err := x.runCheck(ctx, s.check, prior, true)
+		f, err := x.runCheck(ctx, s.Check, prior, true)
 		if err != nil {
 			return "", r.checkFailed(ctx, s, err)
 		}
-		missed = f.kind == findingAbsent
-		switch f.kind {
-		case findingPresent:
-			return r.confirm(ctx, s, exists(mine), cmp.Or(f.id, s.fallback), 0)
-		case findingForeign:
+		missed = f.Kind == driver.Absent
+		switch f.Kind {
+		case driver.Present:
+			return r.confirm(ctx, s, exists(mine), cmp.Or(f.ID, s.Fallback), 0)
+		case driver.Foreign:
 			return "", r.fail(ctx, s, f.herr)
 		}
 	}
 	for {
 		var v verdict
-		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) verdict { v = s.judge(a); return v })
+		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) verdict { v = s.Judge(a); return v })
 		if err != nil {
 			return "", err
 		}
-		mine = mine || a.afterAmbiguous
-		if v.warn != "" {
-			c.warnOnce(v.warn, "status", a.status, "endpoint", redactURL(a.url))
+		mine = mine || a.AfterAmbiguous
+		if v.Warn != "" {
+			c.warnOnce(v.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
-		if cls == classCreated && s.durable && cmp.Or(v.id, s.fallback) == "" {
+		if cls == driver.Created && s.Durable && cmp.Or(v.ID, s.Fallback) == "" {
 			// A success that names none of the identifier this step must
 			// yield (a body cut short) settles nothing: ambiguous, for
 			// this deposit alone.
-			cls, v.problem = classAmbiguous, cmp.Or(v.problem, "the answer names no identifier")
+			cls, v.Problem = driver.Ambiguous, cmp.Or(v.Problem, "the answer names no identifier")
 		}
 		switch cls {
-		case classCreated:
+		case driver.Created:
 			// The note to search again is durable before the confirmation:
 			// a crash between the two would otherwise leave a duplicate the
 			// index hid unreported for good.
@@ -440,55 +441,55 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 					return "", err
 				}
 			}
-			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.id, s.fallback), a.status)
+			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.ID, s.Fallback), a.Status)
 
-		case classExists:
-			if v.id != "" || s.check == nil {
-				return r.confirm(ctx, s, exists(mine), cmp.Or(v.id, s.fallback), a.status)
+		case driver.Exists:
+			if v.ID != "" || s.Check == nil {
+				return r.confirm(ctx, s, exists(mine), cmp.Or(v.ID, s.Fallback), a.Status)
 			}
-			f, err := x.runCheck(ctx, s.check, prior, false)
+			f, err := x.runCheck(ctx, s.Check, prior, false)
 			if err != nil {
 				return "", r.checkFailed(ctx, s, err)
 			}
-			if f.kind == findingForeign {
+			if f.Kind == driver.Foreign {
 				return "", r.fail(ctx, s, f.herr)
 			}
 			// A record the server says exists but will not show is still
 			// there: its identifier is the fallback.
-			return r.confirm(ctx, s, exists(mine), cmp.Or(f.id, s.fallback), a.status)
+			return r.confirm(ctx, s, exists(mine), cmp.Or(f.ID, s.Fallback), a.Status)
 		}
 		// Not a success: the answer, as an error.
-		herr := answerError(req.method, a, v.problem)
+		herr := answerError(req.Method, a, v.Problem)
 		var last error = herr
-		if a.err != nil {
-			last = fmt.Errorf("%s %s: %w", req.method, redactURL(req.url), scrub(a.err))
+		if a.Err != nil {
+			last = fmt.Errorf("%s %s: %w", req.Method, redactURL(req.URL), scrub(a.Err))
 		}
 		switch cls {
-		case classConflict, classAmbiguous:
+		case driver.Conflict, driver.Ambiguous:
 			// A conflict is "exists" only once the check finds it; an
 			// ambiguous answer to a step the server does not arbitrate is
 			// looked for before the request is sent again. (Arbitrated
 			// ambiguous answers were retried by the exchange.)
-			if cls == classAmbiguous && !reconciles {
+			if cls == driver.Ambiguous && !reconciles {
 				return "", x.unresolved(last)
 			}
-			f := finding{kind: findingAbsent}
-			if s.check != nil {
-				if f, err = x.runCheck(ctx, s.check, prior, cls == classAmbiguous); err != nil {
+			f := checked{finding: finding{Kind: driver.Absent}}
+			if s.Check != nil {
+				if f, err = x.runCheck(ctx, s.Check, prior, cls == driver.Ambiguous); err != nil {
 					return "", r.checkFailed(ctx, s, err)
 				}
 			}
-			switch f.kind {
-			case findingPresent:
+			switch f.Kind {
+			case driver.Present:
 				// After an ambiguous answer, our own request took effect.
-				return r.confirm(ctx, s, exists(mine || cls == classAmbiguous), cmp.Or(f.id, s.fallback), a.status)
-			case findingForeign:
+				return r.confirm(ctx, s, exists(mine || cls == driver.Ambiguous), cmp.Or(f.ID, s.Fallback), a.Status)
+			case driver.Foreign:
 				return "", r.fail(ctx, s, f.herr)
 			}
-			missed = missed || (cls == classAmbiguous && f.kind == findingAbsent)
+			missed = missed || (cls == driver.Ambiguous && f.Kind == driver.Absent)
 			// Not found yet, but it may still show (an index that lags).
-			mine = mine || cls == classAmbiguous
-			if cls == classConflict {
+			mine = mine || cls == driver.Ambiguous
+			if cls == driver.Conflict {
 				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
 			}
 			wait, stop := x.mayRetry(ctx, a, 0)
@@ -499,13 +500,13 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 				return "", fmt.Errorf("%w: %w", ErrInterrupted, err)
 			}
 
-		case classTerminal:
+		case driver.Terminal:
 			return "", r.fail(ctx, s, herr)
 
-		case classStop:
+		case driver.Stop:
 			return "", fmt.Errorf("%w: %w", ErrStopRun, herr)
 
-		case classCanceled:
+		case driver.Canceled:
 			return "", fmt.Errorf("%w: %w", ErrInterrupted, herr)
 
 		default: // retryable, but retrying stopped
@@ -543,26 +544,26 @@ func (r *runDeposit) checkFailed(ctx context.Context, s *step, err error) error 
 func (r *runDeposit) confirm(ctx context.Context, s *step, outcome Outcome, id string, status int) (string, error) {
 	ctx = context.WithoutCancel(ctx)
 	switch {
-	case s.durable && s == r.last && r.outs != nil:
+	case s.Durable && s == r.last && r.outs != nil:
 		// Nothing is sent after the last step: its outcome is recorded
 		// with others', and the deposit ends once it is.
-		r.end = &ending{c: r.c, ref: dedup.Ref{Target: s.target, Key: s.key}, primary: s.primary,
+		r.end = &ending{c: r.c, ref: dedup.Ref{Target: s.Target, Key: s.Key}, primary: s.Primary,
 			conf: dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status}}
-	case s.durable:
-		rec, err := r.c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status})
+	case s.Durable:
+		rec, err := r.c.store.Complete(ctx, s.Target, s.Key, dedup.Confirmation{Outcome: outcome.stored(), Identifier: id, Status: status})
 		switch {
 		case errors.Is(err, dedup.ErrConflict):
 			r.c.log.Warn("key already confirmed with another identifier; keeping the first",
-				"key", s.key, "first", rec.Identifier, "now", id)
+				"key", s.Key, "first", rec.Identifier, "now", id)
 			id = rec.Identifier
 		case err != nil:
 			return "", r.c.storeError(err)
 		}
 	}
 	if r.c.debug() {
-		r.c.log.Debug("settled", "key", s.key, "step", cmp.Or(s.label, "create"), "outcome", outcome, "identifier", redactURL(id), "status", status)
+		r.c.log.Debug("settled", "key", s.Key, "step", cmp.Or(s.Label, "create"), "outcome", outcome, "identifier", redactURL(id), "status", status)
 	}
-	if s.primary {
+	if s.Primary {
 		r.primaryDone = true
 		r.res.Outcome, r.res.Identifier, r.res.Status = outcome, id, status
 	}
@@ -576,19 +577,19 @@ func (r *runDeposit) fail(ctx context.Context, s *step, herr *HTTPError) error {
 	ctx = context.WithoutCancel(ctx)
 	r.res.Status = herr.StatusCode
 	problem := cmp.Or(herr.Problem, http.StatusText(herr.StatusCode))
-	if s.durable && !s.primary {
-		f := dedup.Failure{Status: herr.StatusCode, Problem: s.label + ": " + problem}
-		if _, err := r.c.store.Fail(ctx, s.target, s.key, f); err != nil && !errors.Is(err, dedup.ErrInvalidTransition) {
+	if s.Durable && !s.Primary {
+		f := dedup.Failure{Status: herr.StatusCode, Problem: s.Label + ": " + problem}
+		if _, err := r.c.store.Fail(ctx, s.Target, s.Key, f); err != nil && !errors.Is(err, dedup.ErrInvalidTransition) {
 			return r.c.storeError(err)
 		}
 	}
 	if !r.primaryDone {
 		p := r.primary
-		if _, err := r.c.store.Fail(ctx, p.target, p.key, dedup.Failure{Status: herr.StatusCode, Problem: problem}); err != nil {
-			if errors.Is(err, dedup.ErrInvalidTransition) && s.primary {
+		if _, err := r.c.store.Fail(ctx, p.Target, p.Key, dedup.Failure{Status: herr.StatusCode, Problem: problem}); err != nil {
+			if errors.Is(err, dedup.ErrInvalidTransition) && s.Primary {
 				// Another process confirmed the deposit meanwhile: that
 				// stands.
-				if rec, lerr := r.c.store.Lookup(ctx, p.target, p.key); lerr == nil && rec.State == dedup.StateDone {
+				if rec, lerr := r.c.store.Lookup(ctx, p.Target, p.Key); lerr == nil && rec.State == dedup.StateDone {
 					r.replay(rec)
 					return nil
 				}
@@ -601,12 +602,13 @@ func (r *runDeposit) fail(ctx context.Context, s *step, herr *HTTPError) error {
 	return fmt.Errorf("%w: %w", ErrTerminal, herr)
 }
 
-// wrap names a step other than the create in an error it returned.
-func (s *step) wrap(err error) error {
-	if err == nil || s.label == "" {
+// stepError names the step labelled label, other than the create, in an
+// error it returned.
+func stepError(label string, err error) error {
+	if err == nil || label == "" {
 		return err
 	}
-	return fmt.Errorf("%s step: %w", s.label, err)
+	return fmt.Errorf("%s step: %w", label, err)
 }
 
 // recordedFailure is the error for step s, which an earlier run recorded as
@@ -616,14 +618,14 @@ func (s *step) wrap(err error) error {
 func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) error {
 	r.res.Status = rec.Status
 	herr := &HTTPError{StatusCode: rec.Status, Problem: rec.Problem}
-	if s.label != "" {
-		herr.Problem = strings.TrimPrefix(herr.Problem, s.label+": ") // s.wrap names the step
+	if s.Label != "" {
+		herr.Problem = strings.TrimPrefix(herr.Problem, s.Label+": ") // stepError names the step
 	}
 	if herr.Problem == http.StatusText(rec.Status) {
 		herr.Problem = "" // fail recorded the status text for an answer without one
 	}
-	if req, err := s.build(prior); err == nil {
-		herr.Method, herr.URL = req.method, redactURL(req.url)
+	if req, err := s.Build(prior); err == nil {
+		herr.Method, herr.URL = req.Method, redactURL(req.URL)
 	}
 	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): %w",
 		ErrTerminal, herr)

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/driver"
 )
 
 // exchange is the retry state of one step: every request it sends, the write
@@ -93,10 +94,10 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	})
 	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
 		ambiguous = ambiguous || unanswered.Load()
-		last = answer{url: req.url, err: err, afterAmbiguous: ambiguous}
+		last = answer{URL: req.URL, Err: err, AfterAmbiguous: ambiguous}
 		if resp != nil {
-			last.status, last.header = resp.StatusCode, resp.Header
-			last.body, tooLarge = readAnswer(resp, req.full)
+			last.Status, last.Header = resp.StatusCode, resp.Header
+			last.Body, tooLarge = readAnswer(resp, req.Full)
 			resp.Body = http.NoBody // read once, here; the engine keeps the bytes
 			x.c.answered.Store(true)
 		}
@@ -104,34 +105,34 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			// Nothing can be read from it, and asking again would get the
 			// same: the run stops. The request may have taken effect.
 			x.effect = true
-			x.requestDone(last, req.method)
+			x.requestDone(last, req.Method)
 			return false, nil
 		}
 		if err != nil && ctx.Err() != nil {
-			cls, v = classCanceled, verdict{}
+			cls, v = driver.Canceled, verdict{}
 		} else {
 			v = judge(last)
-			cls = v.class
+			cls = v.Class
 		}
 		if !madeNoChange(last, cls) {
 			x.effect = true
-			ambiguous = ambiguous || cls == classAmbiguous
+			ambiguous = ambiguous || cls == driver.Ambiguous
 		}
-		if last.err == nil {
+		if last.Err == nil {
 			x.c.pace.Observe(throttled(last, cls))
 		}
 		if neverSent(err) {
 			x.requests-- // counted as it was queued; it never left
 		} else {
-			x.requestDone(last, req.method)
+			x.requestDone(last, req.Method)
 		}
-		if cls == classCreated || cls == classExists {
+		if cls == driver.Created || cls == driver.Exists {
 			x.settled()
 		}
-		if !cls.retryable() || (cls == classAmbiguous && !retryAmbiguous) {
+		if !cls.Retryable() || (cls == driver.Ambiguous && !retryAmbiguous) {
 			return false, nil
 		}
-		wait, stop := x.mayRetry(ctx, last, v.inFlight)
+		wait, stop := x.mayRetry(ctx, last, v.InFlight)
 		if stop != nil {
 			return false, nil
 		}
@@ -152,28 +153,28 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 			x.sent = time.Now()
 		},
 	}
-	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.method, req.url, requestBody(req))
+	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.Method, req.URL, requestBody(req))
 	if err != nil {
 		return last, cls, fmt.Errorf("%w: %w", ErrStopRun, err)
 	}
-	hreq.Header = req.header
+	hreq.Header = req.Header
 	resp, err := rc.Do(hreq)
 	if resp != nil {
 		resp.Body.Close()
 	}
 	if tooLarge != nil {
-		return last, classStop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.method, redactURL(req.url), tooLarge)
+		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), tooLarge)
 	}
 	if resp != nil && err == nil {
 		return last, cls, nil
 	}
-	if cls == classTerminal {
+	if cls == driver.Terminal {
 		// The judge found the transport error itself terminal: a body
 		// that could not be sent as promised (a file changed since it was
 		// hashed), which no retry would send otherwise.
 		return last, cls, nil
 	}
-	if cls == classAmbiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
+	if cls == driver.Ambiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
 		// A dropped connection to a step that reconciles: the caller looks
 		// for its effect before sending again.
 		return last, cls, nil
@@ -182,13 +183,13 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		err = errors.New("no answer")
 	}
 	switch {
-	case cls == classCanceled || ctx.Err() != nil || errors.Is(x.stopped, ErrInterrupted):
-		return last, classCanceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
+	case cls == driver.Canceled || ctx.Err() != nil || errors.Is(x.stopped, ErrInterrupted):
+		return last, driver.Canceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
 	case x.stopped != nil:
 		return last, cls, fmt.Errorf("%w after %d attempts: %w: %s %s: %w",
-			ErrUnresolved, x.requests, x.stopped, req.method, redactURL(req.url), scrub(err))
+			ErrUnresolved, x.requests, x.stopped, req.Method, redactURL(req.URL), scrub(err))
 	default:
-		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.method, redactURL(req.url), scrub(err))
+		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.Method, redactURL(req.URL), scrub(err))
 	}
 }
 
@@ -199,9 +200,9 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 // PUT or a POST.
 func requestBody(req request) any {
 	switch {
-	case req.open != nil:
+	case req.Open != nil:
 		return retryablehttp.ReaderFunc(func() (io.Reader, error) {
-			r, err := req.open()
+			r, err := req.Open()
 			if err != nil {
 				return nil, err
 			}
@@ -213,8 +214,8 @@ func requestBody(req request) any {
 			}
 			return r, nil
 		})
-	case len(req.body) > 0:
-		return req.body
+	case len(req.Body) > 0:
+		return req.Body
 	}
 	return nil
 }
@@ -222,13 +223,13 @@ func requestBody(req request) any {
 // madeNoChange reports whether an answer proves that its request changed
 // nothing on the server: the connection was never made (refused, or the
 // host did not resolve), the request never left the batch's queue, or the
-// server refused in a way that concerns every item (classStop:
+// server refused in a way that concerns every item (driver.Stop:
 // credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
-	if a.err == nil {
-		return cls == classStop
+	if a.Err == nil {
+		return cls == driver.Stop
 	}
-	return neverSent(a.err) || connectionNeverMade(a.err)
+	return neverSent(a.Err) || connectionNeverMade(a.Err)
 }
 
 // connectionNeverMade reports whether err says no connection to the
@@ -248,22 +249,22 @@ func connectionNeverMade(err error) bool {
 func (x *exchange) requestDone(a answer, method string) {
 	took := time.Since(x.sent)
 	if x.c.debug() {
-		args := []any{"key", x.key, "method", method, "url", redactURL(a.url), "status", a.status, "took", took}
-		if a.err != nil {
-			args = append(args, "error", scrub(a.err).Error())
+		args := []any{"key", x.key, "method", method, "url", redactURL(a.URL), "status", a.Status, "took", took}
+		if a.Err != nil {
+			args = append(args, "error", scrub(a.Err).Error())
 		}
 		x.c.log.Debug("request", args...)
 	}
 	if x.c.hooks.OnRequest != nil {
-		x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.status, Err: a.err, Duration: took})
+		x.c.hooks.OnRequest(RequestEvent{Key: x.key, Method: method, Status: a.Status, Err: a.Err, Duration: took})
 	}
 }
 
 // throttled reports whether an answer asks the client to slow down: a 429
 // or a 503 to be retried.
 func throttled(a answer, cls class) bool {
-	return a.err == nil && cls == classRetry &&
-		(a.status == http.StatusTooManyRequests || a.status == http.StatusServiceUnavailable)
+	return a.Err == nil && cls == driver.Retry &&
+		(a.Status == http.StatusTooManyRequests || a.Status == http.StatusServiceUnavailable)
 }
 
 // settled credits the retry budget for an exchange that succeeded.
@@ -296,15 +297,15 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		return stop(ErrInterrupted)
 	default:
 	}
-	if a.err != nil && connectionNeverMade(a.err) && !x.c.answered.Load() {
+	if a.Err != nil && connectionNeverMade(a.Err) && !x.c.answered.Load() {
 		// Nothing of this run has reached the server yet: a typo in the
 		// endpoint, or a server that is not running. Retrying would only
 		// repeat that for every item.
 		return stop(ErrUnreachable)
 	}
 	var resp *http.Response
-	if a.err == nil {
-		resp = &http.Response{StatusCode: a.status, Header: a.header}
+	if a.Err == nil {
+		resp = &http.Response{StatusCode: a.Status, Header: a.Header}
 	}
 	if inFlight > 0 {
 		x.inFlight++
@@ -315,15 +316,15 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		return stop(err)
 	}
 	if inFlight > 0 {
-		if _, given := backoff.RetryAfter(a.header, time.Now()); !given && wait < inFlight {
+		if _, given := backoff.RetryAfter(a.Header, time.Now()); !given && wait < inFlight {
 			wait = inFlight
 			if limit := x.c.policy.WithDefaults().MaxElapsed; elapsed+wait > limit {
 				return stop(fmt.Errorf("%w: waiting %v for a request in flight after %v would pass %v",
 					backoff.ErrElapsedExhausted, wait, elapsed.Round(time.Millisecond), limit))
 			}
 		}
-	} else if paced := x.c.pace != nil && throttled(a, classRetry); !paced || x.c.pace.AtLowest() {
-		timeout := a.err != nil && isTimeout(a.err)
+	} else if paced := x.c.pace != nil && throttled(a, driver.Retry); !paced || x.c.pace.AtLowest() {
+		timeout := a.Err != nil && isTimeout(a.Err)
 		if berr := x.c.budget.Spend(timeout); berr != nil {
 			if paced {
 				return stop(fmt.Errorf("%w: throttled at the lowest adaptive rate: %w", ErrStopRun, berr))
@@ -333,9 +334,9 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		x.spent, x.spentTimeout = true, timeout
 	}
 	x.retries++
-	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.status, "in_flight", inFlight > 0)
+	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "after_status", a.Status, "in_flight", inFlight > 0)
 	if x.c.hooks.OnRetry != nil {
-		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.status, Err: a.err})
+		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Status: a.Status, Err: a.Err})
 	}
 	return wait, nil
 }
@@ -359,42 +360,49 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// checked is what a check found, with the answer as an error for a
+// foreign finding (herr), which the engine records as the step's failure.
+type checked struct {
+	finding
+	herr *HTTPError
+}
+
 // runCheck runs a step's check: it sends the check's request (retried like
 // any other) and returns what the check found. afterAmbiguous asks for the
 // check's settle time before an "absent" is trusted: a server whose reads
 // lag its writes may not show yet what an ambiguous attempt created.
-func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (finding, error) {
-	req, err := chk.build(prior)
+func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (checked, error) {
+	req, err := chk.Build(prior)
 	if err != nil {
-		return finding{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return checked{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	req.header = x.c.withUserHeader(req.header)
-	settled := !afterAmbiguous || chk.settle <= 0
+	req.Header = x.c.withUserHeader(req.Header)
+	settled := !afterAmbiguous || chk.Settle <= 0
 	for {
-		var f finding
+		var f checked
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
-			f = chk.judge(a)
-			if f.kind == findingUnknown {
-				return verdict{class: f.cls}
+			f.finding = chk.Judge(a)
+			if f.Kind == driver.Unknown {
+				return verdict{Class: f.Class}
 			}
-			return verdict{class: classCreated} // settles the check's own exchange
+			return verdict{Class: driver.Created} // settles the check's own exchange
 		})
 		if err != nil {
 			return f, err
 		}
-		if f.warn != "" {
-			x.c.warnOnce(f.warn, "status", a.status, "endpoint", redactURL(a.url))
+		if f.Warn != "" {
+			x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
-		herr := answerError(req.method, a, f.problem)
-		switch f.kind {
-		case findingForeign:
+		herr := answerError(req.Method, a, f.Problem)
+		switch f.Kind {
+		case driver.Foreign:
 			f.herr = herr
 			return f, nil
-		case findingUnknown:
+		case driver.Unknown:
 			switch {
-			case cls == classStop:
+			case cls == driver.Stop:
 				return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
-			case cls == classCanceled:
+			case cls == driver.Canceled:
 				return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
 			case errors.Is(x.stopped, ErrStopRun):
 				return f, fmt.Errorf("%w: read-back after %d attempts: %w", x.stopped, x.requests, herr)
@@ -403,10 +411,10 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 			default:
 				return f, fmt.Errorf("%w: read-back: %w", ErrUnresolved, herr)
 			}
-		case findingAbsent:
+		case driver.Absent:
 			if !settled {
 				settled = true
-				if err := x.sleep(ctx, chk.settle); err != nil {
+				if err := x.sleep(ctx, chk.Settle); err != nil {
 					return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
 				}
 				continue
@@ -436,10 +444,10 @@ func (x *exchange) unresolved(last error) error {
 // own explanation; else the body's problem detail.
 func answerError(method string, a answer, problem string) *HTTPError {
 	if problem == "" {
-		problem = problemDetail(a.header, a.body)
+		problem = problemDetail(a.Header, a.Body)
 	}
-	e := &HTTPError{Method: method, URL: redactURL(a.url), StatusCode: a.status, Problem: problem}
-	if d, ok := backoff.RetryAfter(a.header, time.Now()); ok {
+	e := &HTTPError{Method: method, URL: redactURL(a.URL), StatusCode: a.Status, Problem: problem}
+	if d, ok := backoff.RetryAfter(a.Header, time.Now()); ok {
 		e.RetryAfter = d
 	}
 	return e

@@ -422,7 +422,7 @@ func TestInvenioResumesAKilledCreateByItsMarker(t *testing.T) {
 }
 
 func (t Invenio) mustDriver(tb testing.TB) invenioDriver {
-	d, err := t.driver()
+	d, err := t.Driver()
 	require.NoError(tb, err)
 	return d.(invenioDriver)
 }

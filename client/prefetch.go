@@ -229,11 +229,11 @@ func (a *lookAhead) answer(jobs []job) (missed int) {
 		}
 		a.steps = append(a.steps, ss)
 		for _, s := range ss {
-			if s.durable {
-				a.ask(i, s.target, s.key, false)
+			if s.Durable {
+				a.ask(i, s.Target, s.Key, false)
 			}
-			if seeds && s.recheck != "" && s.check != nil {
-				a.ask(i, s.recheck, s.key, true)
+			if seeds && s.Recheck != "" && s.Check != nil {
+				a.ask(i, s.Recheck, s.Key, true)
 			}
 		}
 	}
@@ -315,26 +315,26 @@ func (c *Client) finished(key string, steps []step, f found) (_ Result, ok bool)
 	if len(steps) == 0 {
 		return Result{}, false
 	}
-	if s := steps[len(steps)-1]; !s.durable || !isDone(f.get(s.target, s.key)) {
+	if s := steps[len(steps)-1]; !s.Durable || !isDone(f.get(s.Target, s.Key)) {
 		return Result{}, false
 	}
 	_, seeds := c.target.(seeder)
 	var primary *dedup.Record
 	prior := make([]string, len(steps))
 	for i, s := range steps {
-		if seeds && s.recheck != "" && s.check != nil {
-			if rec := f.get(s.recheck, s.key); rec != nil && rec.State != dedup.StateDone {
+		if seeds && s.Recheck != "" && s.Check != nil {
+			if rec := f.get(s.Recheck, s.Key); rec != nil && rec.State != dedup.StateDone {
 				return Result{}, false // prepare looks again
 			}
 		}
-		if !s.durable {
+		if !s.Durable {
 			continue
 		}
-		rec := f.get(s.target, s.key)
+		rec := f.get(s.Target, s.Key)
 		if rec != nil {
 			prior[i] = rec.Identifier
 		}
-		if s.primary {
+		if s.Primary {
 			primary = rec
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"net/http"
 	"net/url"
 )
@@ -72,12 +73,12 @@ func NewProbe(cfg Config) (*Probe, error) {
 	default:
 		return nil, fmt.Errorf("%w: %T has no conditional create to probe: probe Put, WebDAV, S3 or CouchDB", ErrConfig, cfg.Target)
 	}
-	drv, err := cfg.Target.driver()
+	drv, err := cfg.Target.Driver()
 	if err != nil {
 		return nil, err
 	}
 	for name := range cfg.Header {
-		if drv.guards(name) {
+		if drv.Guards(name) {
 			return nil, errHeaderGuarded(name)
 		}
 	}
@@ -88,18 +89,18 @@ func NewProbe(cfg Config) (*Probe, error) {
 		"deposit-probe": "written twice by a deposit probe to check that this endpoint refuses a second conditional create; safe to delete",
 		"name":          name,
 	})
-	steps, err := drv.steps(canonical.Keyed{Key: name, Body: body}, "")
+	steps, err := drv.Steps(canonical.Keyed{Key: name, Body: body}, "")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	p := &Probe{Body: body, step: steps[len(steps)-1], header: cfg.Header.Clone()}
 	_, p.couch = drv.(couchdbDriver)
 	p.http, _ = newHTTPClient(cfg.HTTPClient, drv, -1, false)
-	req, err := p.step.build(nil)
+	req, err := p.step.Build(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p.URL = redactURL(req.url)
+	p.URL = redactURL(req.URL)
 	return p, nil
 }
 
@@ -119,7 +120,7 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 		}
 		return rep, err
 	}
-	if first.class != classCreated {
+	if first.class != driver.Created {
 		return rep, fmt.Errorf("%w: the first write of a new name was answered as if the record existed "+
 			"(%d): the server refuses every conditional create here, or this name was taken: %w", ErrStopRun, first.status, first.herr)
 	}
@@ -128,12 +129,12 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 	last := first
 	switch {
 	case err != nil:
-	case second.class == classCreated:
+	case second.class == driver.Created:
 		rep.Verdict = ProbeIgnored
 		last = second
-	case second.class == classExists:
+	case second.class == driver.Exists:
 		rep.Verdict = ProbeHonoured
-	case second.class == classConflict:
+	case second.class == driver.Conflict:
 		// put: a 409 is "exists" only if the record reads back.
 		found, rerr := p.readBack(ctx)
 		switch {
@@ -164,25 +165,25 @@ type probeAnswer struct {
 // write sends the probe record once, without retries, and judges the
 // answer as a deposit would.
 func (p *Probe) write(ctx context.Context) (probeAnswer, error) {
-	req, err := p.step.build(nil)
+	req, err := p.step.Build(nil)
 	if err != nil {
 		return probeAnswer{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	a := p.send(ctx, req.method, req.url, req.header, req.body)
-	if a.err != nil {
+	a := p.send(ctx, req.Method, req.URL, req.Header, req.Body)
+	if a.Err != nil {
 		if ctx.Err() != nil {
-			return probeAnswer{class: classCanceled}, fmt.Errorf("%w: %w", ErrInterrupted, scrub(a.err))
+			return probeAnswer{class: driver.Canceled}, fmt.Errorf("%w: %w", ErrInterrupted, scrub(a.Err))
 		}
-		return probeAnswer{class: classAmbiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.method, p.URL, scrub(a.err))
+		return probeAnswer{class: driver.Ambiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.Method, p.URL, scrub(a.Err))
 	}
-	v := p.step.judge(a)
-	pa := probeAnswer{status: a.status, class: v.class, body: a.body, herr: answerError(req.method, a, v.problem)}
-	switch v.class {
-	case classCreated, classExists, classConflict:
+	v := p.step.Judge(a)
+	pa := probeAnswer{status: a.Status, class: v.Class, body: a.Body, herr: answerError(req.Method, a, v.Problem)}
+	switch v.Class {
+	case driver.Created, driver.Exists, driver.Conflict:
 		return pa, nil
-	case classStop:
+	case driver.Stop:
 		return pa, fmt.Errorf("%w: %w", ErrStopRun, pa.herr)
-	case classTerminal:
+	case driver.Terminal:
 		return pa, fmt.Errorf("%w: %w", ErrTerminal, pa.herr)
 	default:
 		return pa, fmt.Errorf("%w: %w", ErrUnresolved, pa.herr)
@@ -191,10 +192,10 @@ func (p *Probe) write(ctx context.Context) (probeAnswer, error) {
 
 // send sends one request without retries, the caller's headers added.
 func (p *Probe) send(ctx context.Context, method, u string, header http.Header, body []byte) answer {
-	a := answer{url: u}
+	a := answer{URL: u}
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
-		a.err = err
+		a.Err = err
 		return a
 	}
 	if body == nil {
@@ -211,40 +212,40 @@ func (p *Probe) send(ctx context.Context, method, u string, header http.Header, 
 	req.Header = header
 	resp, err := p.http.Do(req)
 	if err != nil {
-		a.err = err
+		a.Err = err
 		return a
 	}
-	a.status, a.header = resp.StatusCode, resp.Header
-	a.body, _ = readAnswer(resp, false)
+	a.Status, a.Header = resp.StatusCode, resp.Header
+	a.Body, _ = readAnswer(resp, false)
 	return a
 }
 
 // readBack reports whether the probe record reads back, as the deposit's
 // check would find it.
 func (p *Probe) readBack(ctx context.Context) (bool, error) {
-	if p.step.check == nil {
+	if p.step.Check == nil {
 		return false, nil
 	}
-	req, err := p.step.check.build(nil)
+	req, err := p.step.Check.Build(nil)
 	if err != nil {
 		return false, err
 	}
-	a := p.send(ctx, req.method, req.url, req.header, nil)
-	if a.err != nil {
-		return false, fmt.Errorf("%w: read-back: %w", ErrUnresolved, scrub(a.err))
+	a := p.send(ctx, req.Method, req.URL, req.Header, nil)
+	if a.Err != nil {
+		return false, fmt.Errorf("%w: read-back: %w", ErrUnresolved, scrub(a.Err))
 	}
-	return p.step.check.judge(a).kind == findingPresent, nil
+	return p.step.Check.Judge(a).Kind == driver.Present, nil
 }
 
 // remove deletes the probe record where the server allows it. CouchDB needs
 // the revision, which the create answer carries.
 func (p *Probe) remove(ctx context.Context, rep *ProbeReport, created probeAnswer) {
-	req, err := p.step.build(nil)
+	req, err := p.step.Build(nil)
 	if err != nil {
 		rep.DeleteProblem = err.Error()
 		return
 	}
-	u := req.url
+	u := req.URL
 	h := http.Header{}
 	if p.couch {
 		var doc struct {
@@ -257,12 +258,12 @@ func (p *Probe) remove(ctx context.Context, rep *ProbeReport, created probeAnswe
 		u += "?rev=" + url.QueryEscape(doc.Rev)
 	}
 	a := p.send(context.WithoutCancel(ctx), http.MethodDelete, u, h, nil)
-	if a.err != nil {
-		rep.DeleteProblem = scrub(a.err).Error()
+	if a.Err != nil {
+		rep.DeleteProblem = scrub(a.Err).Error()
 		return
 	}
-	rep.DeleteStatus = a.status
-	if a.status >= 200 && a.status < 300 {
+	rep.DeleteStatus = a.Status
+	if a.Status >= 200 && a.Status < 300 {
 		rep.Deleted = true
 		return
 	}

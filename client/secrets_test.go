@@ -244,7 +244,7 @@ func TestEveryTargetKeepsNoTokenAndReplaysAnOlderStore(t *testing.T) {
 			require.Equal(t, OutcomeCreated, first.Outcome)
 			require.NotZero(t, sent.sent)
 			require.Zero(t, sent.without, "every request carries the token")
-			for _, name := range append([]string{c.target.name()}, c.target.stepTargets()...) {
+			for _, name := range append([]string{c.target.Name()}, c.target.StepTargets()...) {
 				require.NotContains(t, name, secret)
 			}
 			require.NotContains(t, first.Identifier, secret)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // A server that dedups nothing (InvenioRDM) is reconciled with by searching
@@ -112,7 +113,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	// The first step's row is written before its first request: without
 	// it, no process on this store ever sent anything for k.
 	first := steps[0]
-	switch _, err := c.lookups.lookup(ctx, first.target, first.key); {
+	switch _, err := c.lookups.lookup(ctx, first.Target, first.Key); {
 	case err == nil:
 		return nil
 	case !isNotFound(err):
@@ -150,12 +151,12 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 		row := rows[i]
 		s := steps[row.step]
 		if !row.done {
-			if _, err := c.store.Begin(ctx, s.target, s.key, nil); err != nil {
+			if _, err := c.store.Begin(ctx, s.Target, s.Key, nil); err != nil {
 				return c.storeError(err)
 			}
 			continue
 		}
-		_, err := c.store.Complete(ctx, s.target, s.key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: row.id})
+		_, err := c.store.Complete(ctx, s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: row.id})
 		if err != nil && !errors.Is(err, dedup.ErrConflict) {
 			return c.storeError(err)
 		}
@@ -259,7 +260,7 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 			}
 		}
 		req := sd.scanPage(page)
-		req.header = c.withUserHeader(req.header)
+		req.Header = c.withUserHeader(req.Header)
 		var (
 			found       []dedup.Found
 			hits, total int
@@ -267,22 +268,22 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			var ok bool
 			if found, hits, total, ok = sd.readScan(a); ok {
-				return verdict{class: classCreated}
+				return verdict{Class: driver.Created}
 			}
-			if cls := classifyCommon(a); cls != classCreated {
-				return verdict{class: cls}
+			if cls := driver.Classify(a); cls != driver.Created {
+				return verdict{Class: cls}
 			}
-			return verdict{class: classAmbiguous} // a 200 that is not a page
+			return verdict{Class: driver.Ambiguous} // a 200 that is not a page
 		})
 		if err != nil {
 			return fmt.Errorf("scanning the server for earlier deposits: %w", err)
 		}
 		switch cls {
-		case classCreated:
-		case classStop:
-			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.method, a, sd.problem(a.body)))
+		case driver.Created:
+		case driver.Stop:
+			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.problem(a.Body)))
 		default:
-			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.method, a, sd.problem(a.body)))
+			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.problem(a.Body)))
 		}
 		if total > sd.scanWindow() {
 			return fmt.Errorf("%w: %w: the server holds %d records and drafts of this account, and its search answers only the first %d, so records of earlier deposits could be missed and created again",
@@ -304,15 +305,15 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 // found nothing following an ambiguous attempt, so that a later run looks
 // again.
 func (r *runDeposit) noteMissed(ctx context.Context, s *step) error {
-	if s.recheck == "" {
+	if s.Recheck == "" {
 		return nil
 	}
 	// Durable, as the intents are: lost, the duplicate it may stand for
 	// would go unreported.
-	if _, err := r.c.store.Begin(dedup.WithDurableCommit(context.WithoutCancel(ctx)), s.recheck, s.key, nil); err != nil {
+	if _, err := r.c.store.Begin(dedup.WithDurableCommit(context.WithoutCancel(ctx)), s.Recheck, s.Key, nil); err != nil {
 		return r.c.storeError(err)
 	}
-	r.c.log.Debug("created after a search found nothing", "key", s.key, "step", s.label)
+	r.c.log.Debug("created after a search found nothing", "key", s.Key, "step", s.Label)
 	r.c.warnOnce("some records were created after a search for them found nothing; if the search index lagged more than the settle time, one is a duplicate: the next run searches for them again and reports any")
 	return nil
 }
@@ -325,10 +326,10 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 	c := r.c
 	for i := range steps {
 		s := &steps[i]
-		if s.recheck == "" || s.check == nil {
+		if s.Recheck == "" || s.Check == nil {
 			continue
 		}
-		rec, err := c.lookups.lookup(ctx, s.recheck, s.key)
+		rec, err := c.lookups.lookup(ctx, s.Recheck, s.Key)
 		switch {
 		case isNotFound(err):
 			continue
@@ -341,10 +342,10 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 		case dedup.StateFailed:
 			if !c.retryFailed {
 				r.res.Status = rec.Status
-				return s.wrap(fmt.Errorf("%w (recorded by an earlier run; looked at again only when retrying failures deliberately): %w",
+				return stepError(s.Label, fmt.Errorf("%w (recorded by an earlier run; looked at again only when retrying failures deliberately): %w",
 					ErrTerminal, &HTTPError{StatusCode: rec.Status, Problem: rec.Problem}))
 			}
-			if err := c.store.ResetFailed(ctx, s.recheck, s.key); err != nil {
+			if err := c.store.ResetFailed(ctx, s.Recheck, s.Key); err != nil {
 				return c.storeError(err)
 			}
 		}
@@ -353,7 +354,7 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 			return err
 		}
 		x := c.newExchange(k.Key, r.drain)
-		f, err := x.runCheck(ctx, s.check, prior, false)
+		f, err := x.runCheck(ctx, s.Check, prior, false)
 		r.res.Requests += x.requests
 		r.res.Retries += x.retries
 		r.res.Rechecks += x.requests
@@ -361,19 +362,19 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 			return err
 		}
 		wctx := context.WithoutCancel(ctx)
-		switch f.kind {
-		case findingPresent:
+		switch f.Kind {
+		case driver.Present:
 			// The one record is the one this deposit created.
-			if _, err := c.store.Complete(wctx, s.recheck, s.key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: f.id}); err != nil && !errors.Is(err, dedup.ErrConflict) {
+			if _, err := c.store.Complete(wctx, s.Recheck, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: f.ID}); err != nil && !errors.Is(err, dedup.ErrConflict) {
 				return c.storeError(err)
 			}
-		case findingForeign:
-			if _, err := c.store.Fail(wctx, s.recheck, s.key, dedup.Failure{Status: http.StatusConflict, Problem: f.herr.Problem}); err != nil {
+		case driver.Foreign:
+			if _, err := c.store.Fail(wctx, s.Recheck, s.Key, dedup.Failure{Status: http.StatusConflict, Problem: f.herr.Problem}); err != nil {
 				return c.storeError(err)
 			}
 			f.herr.StatusCode = http.StatusConflict
 			r.res.Status = http.StatusConflict
-			return s.wrap(fmt.Errorf("%w: %w", ErrTerminal, f.herr))
+			return stepError(s.Label, fmt.Errorf("%w: %w", ErrTerminal, f.herr))
 		}
 	}
 	return nil
@@ -383,10 +384,10 @@ func (r *runDeposit) recheck(ctx context.Context, k canonical.Keyed, steps []ste
 func (r *runDeposit) priorOf(ctx context.Context, steps []step) ([]string, error) {
 	prior := make([]string, len(steps))
 	for i, s := range steps {
-		if !s.durable {
+		if !s.Durable {
 			continue
 		}
-		rec, err := r.c.lookups.lookup(ctx, s.target, s.key)
+		rec, err := r.c.lookups.lookup(ctx, s.Target, s.Key)
 		switch {
 		case isNotFound(err):
 		case err != nil:
@@ -401,17 +402,17 @@ func (r *runDeposit) priorOf(ctx context.Context, steps []step) ([]string, error
 // settledBefore reports whether earlier steps settled step s, and with
 // what identifier.
 func settledBefore(s *step, prior []string) (string, bool) {
-	if s.settled == nil {
+	if s.Settled == nil {
 		return "", false
 	}
-	return s.settled(prior)
+	return s.Settled(prior)
 }
 
 // noteRecordID takes the identifier of the step marked recordID as the
 // deposit's record id.
 func (r *runDeposit) noteRecordID(steps []step, prior []string) {
 	for i, s := range steps {
-		if s.recordID && prior[i] != "" {
+		if s.RecordID && prior[i] != "" {
 			r.res.RecordID = prior[i]
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -19,13 +20,13 @@ import (
 // server does not arbitrate (checked), then the primary publish.
 func validSteps() []step {
 	build := func([]string) (request, error) {
-		return request{method: http.MethodPost, url: "http://127.0.0.1/x"}, nil
+		return request{Method: http.MethodPost, URL: "http://127.0.0.1/x"}, nil
 	}
-	judge := func(answer) verdict { return verdict{class: classCreated} }
-	found := &check{build: build, judge: func(answer) finding { return finding{kind: findingAbsent} }}
+	judge := func(answer) verdict { return verdict{Class: driver.Created} }
+	found := &check{Build: build, Judge: func(answer) finding { return finding{Kind: driver.Absent} }}
 	return []step{
-		{label: "draft", target: "t-draft", key: "k", durable: true, recordID: true, check: found, recheck: "t-recheck", build: build, judge: judge},
-		{target: "t", key: "k", primary: true, durable: true, arbitrated: true, keepBody: true, build: build, judge: judge},
+		{Label: "draft", Target: "t-draft", Key: "k", Durable: true, RecordID: true, Check: found, Recheck: "t-recheck", Build: build, Judge: judge},
+		{Target: "t", Key: "k", Primary: true, Durable: true, Arbitrated: true, KeepBody: true, Build: build, Judge: judge},
 	}
 }
 
@@ -37,19 +38,19 @@ func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 		rule   string
 	}{
 		{"no steps", func([]step) []step { return nil }, "none"},
-		{"no primary", func(s []step) []step { s[1].primary, s[1].keepBody = false, false; s[1].label = "publish"; return s }, "no primary step"},
-		{"two primaries", func(s []step) []step { s[0].primary = true; return s }, "are both primary"},
-		{"a primary that is not durable", func(s []step) []step { s[1].durable = false; return s }, "primary but not durable"},
-		{"keepBody on another step", func(s []step) []step { s[0].keepBody = true; return s }, "keeps its body but is not primary"},
-		{"a step without a label", func(s []step) []step { s[0].label = ""; return s }, "has no label"},
-		{"no build", func(s []step) []step { s[0].build = nil; return s }, "needs both build and judge"},
-		{"no judge", func(s []step) []step { s[1].judge = nil; return s }, "needs both build and judge"},
-		{"durable without a row", func(s []step) []step { s[0].target = ""; return s }, "without a store row"},
-		{"two steps on one row", func(s []step) []step { s[0].target = s[1].target; return s }, "share one store row"},
-		{"neither durable nor arbitrated", func(s []step) []step { s[0].durable, s[0].recordID = false, false; return s }, "neither durable nor arbitrated"},
-		{"unarbitrated without a check", func(s []step) []step { s[0].check, s[0].recheck = nil, ""; return s }, "no check"},
-		{"a recheck without a check", func(s []step) []step { s[1].recheck = "t-recheck"; return s }, "recheck row"},
-		{"a record id not durable", func(s []step) []step { s[0].durable, s[0].arbitrated = false, true; s[0].recheck = ""; return s }, "names the record id"},
+		{"no primary", func(s []step) []step { s[1].Primary, s[1].KeepBody = false, false; s[1].Label = "publish"; return s }, "no primary step"},
+		{"two primaries", func(s []step) []step { s[0].Primary = true; return s }, "are both primary"},
+		{"a primary that is not durable", func(s []step) []step { s[1].Durable = false; return s }, "primary but not durable"},
+		{"keepBody on another step", func(s []step) []step { s[0].KeepBody = true; return s }, "keeps its body but is not primary"},
+		{"a step without a label", func(s []step) []step { s[0].Label = ""; return s }, "has no label"},
+		{"no build", func(s []step) []step { s[0].Build = nil; return s }, "needs both build and judge"},
+		{"no judge", func(s []step) []step { s[1].Judge = nil; return s }, "needs both build and judge"},
+		{"durable without a row", func(s []step) []step { s[0].Target = ""; return s }, "without a store row"},
+		{"two steps on one row", func(s []step) []step { s[0].Target = s[1].Target; return s }, "share one store row"},
+		{"neither durable nor arbitrated", func(s []step) []step { s[0].Durable, s[0].RecordID = false, false; return s }, "neither durable nor arbitrated"},
+		{"unarbitrated without a check", func(s []step) []step { s[0].Check, s[0].Recheck = nil, ""; return s }, "no check"},
+		{"a recheck without a check", func(s []step) []step { s[1].Recheck = "t-recheck"; return s }, "recheck row"},
+		{"a record id not durable", func(s []step) []step { s[0].Durable, s[0].Arbitrated = false, true; s[0].Recheck = ""; return s }, "names the record id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,15 +86,15 @@ func TestEveryTargetsStepsKeepTheContract(t *testing.T) {
 	takesFiles := map[string]bool{protocol.S3: true, protocol.CouchDB: true, "invenio": true, "invenio no publish": true}
 	for name, target := range targets {
 		t.Run(name, func(t *testing.T) {
-			d, err := target.driver()
+			d, err := target.Driver()
 			require.NoError(t, err)
-			steps, err := d.steps(record, "")
+			steps, err := d.Steps(record, "")
 			require.NoError(t, err)
 			require.NoError(t, checkSteps(steps))
 			if !takesFiles[name] {
 				return
 			}
-			steps, err = d.steps(dataset, dir)
+			steps, err = d.Steps(dataset, dir)
 			require.NoError(t, err)
 			require.NoError(t, checkSteps(steps))
 		})
@@ -103,16 +104,16 @@ func TestEveryTargetsStepsKeepTheContract(t *testing.T) {
 // brokenTarget declares two primary steps.
 type brokenTarget struct{ endpoint string }
 
-func (t brokenTarget) driver() (driver, error) { return t, nil }
-func (t brokenTarget) name() string            { return "test-broken " + t.endpoint }
-func (brokenTarget) stepTargets() []string     { return nil }
-func (brokenTarget) secretFingerprint() string { return "" }
-func (brokenTarget) guards(name string) bool   { return guardsConditional(name) }
-func (t brokenTarget) steps(k canonical.Keyed, _ string) ([]step, error) {
-	put := step{target: t.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), judge: func(answer) verdict { return verdict{class: classCreated} }}
+func (t brokenTarget) Driver() (driver.Driver, error) { return t, nil }
+func (t brokenTarget) Name() string                   { return "test-broken " + t.endpoint }
+func (brokenTarget) StepTargets() []string            { return nil }
+func (brokenTarget) SecretFingerprint() string        { return "" }
+func (brokenTarget) Guards(name string) bool          { return guardsConditional(name) }
+func (t brokenTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
+	put := step{Target: t.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), Judge: func(answer) verdict { return verdict{Class: driver.Created} }}
 	second := put
-	second.label, second.target = "again", t.name()+" again"
+	second.Label, second.Target = "again", t.Name()+" again"
 	return []step{put, second}, nil
 }
 

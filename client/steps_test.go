@@ -15,6 +15,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 )
 
 // draftTarget is a target of this test only, shaped like a repository that
@@ -28,79 +29,79 @@ type draftTarget struct {
 	settle   time.Duration
 }
 
-func (t draftTarget) driver() (driver, error) { return t, nil }
-func (t draftTarget) name() string            { return "test-drafts " + t.endpoint }
-func (t draftTarget) draftTarget() string     { return "test-drafts-draft " + t.endpoint }
-func (t draftTarget) stepTargets() []string   { return []string{t.draftTarget()} }
-func (draftTarget) secretFingerprint() string { return "" }
-func (draftTarget) guards(name string) bool   { return guardsConditional(name) }
+func (t draftTarget) Driver() (driver.Driver, error) { return t, nil }
+func (t draftTarget) Name() string                   { return "test-drafts " + t.endpoint }
+func (t draftTarget) draftTarget() string            { return "test-drafts-draft " + t.endpoint }
+func (t draftTarget) StepTargets() []string          { return []string{t.draftTarget()} }
+func (draftTarget) SecretFingerprint() string        { return "" }
+func (draftTarget) Guards(name string) bool          { return guardsConditional(name) }
 
-func (t draftTarget) steps(k canonical.Keyed, _ string) ([]step, error) {
+func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	idOf := func(body []byte, member string) string {
 		var m map[string]string
 		_ = json.Unmarshal(body, &m)
 		return m[member]
 	}
 	draft := step{
-		label: "draft", target: t.draftTarget(), key: k.Key, durable: true,
-		build: func([]string) (request, error) {
+		Label: "draft", Target: t.draftTarget(), Key: k.Key, Durable: true,
+		Build: func([]string) (request, error) {
 			h := http.Header{"X-Marker": {k.Key}}
-			return request{method: http.MethodPost, url: t.endpoint + "/drafts", header: h, body: k.Body}, nil
+			return request{Method: http.MethodPost, URL: t.endpoint + "/drafts", Header: h, Body: k.Body}, nil
 		},
-		judge: func(a answer) verdict {
-			v := verdict{class: classifyCommon(a)}
-			if v.class == classCreated {
-				v.id = idOf(a.body, "id")
+		Judge: func(a answer) verdict {
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created {
+				v.ID = idOf(a.Body, "id")
 			}
 			return v
 		},
-		check: &check{
-			settle: t.settle,
-			build: func([]string) (request, error) {
-				return request{method: http.MethodGet, url: t.endpoint + "/search?marker=" + k.Key}, nil
+		Check: &check{
+			Settle: t.settle,
+			Build: func([]string) (request, error) {
+				return request{Method: http.MethodGet, URL: t.endpoint + "/search?marker=" + k.Key}, nil
 			},
-			judge: func(a answer) finding {
-				if a.err != nil || a.status != http.StatusOK {
-					return finding{kind: findingUnknown, cls: classifyCommon(a)}
+			Judge: func(a answer) finding {
+				if a.Err != nil || a.Status != http.StatusOK {
+					return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 				}
 				var hits []string
-				if json.Unmarshal(a.body, &hits) != nil {
-					return finding{kind: findingUnknown, cls: classAmbiguous}
+				if json.Unmarshal(a.Body, &hits) != nil {
+					return finding{Kind: driver.Unknown, Class: driver.Ambiguous}
 				}
 				switch len(hits) {
 				case 0:
-					return finding{kind: findingAbsent}
+					return finding{Kind: driver.Absent}
 				case 1:
-					return finding{kind: findingPresent, id: hits[0]}
+					return finding{Kind: driver.Present, ID: hits[0]}
 				}
-				return finding{kind: findingForeign, problem: fmt.Sprintf("%d drafts carry this marker", len(hits))}
+				return finding{Kind: driver.Foreign, Problem: fmt.Sprintf("%d drafts carry this marker", len(hits))}
 			},
 		},
 	}
 	publish := step{
-		target: t.name(), key: k.Key, primary: true, durable: true,
-		build: func(prior []string) (request, error) {
-			return request{method: http.MethodPost, url: t.endpoint + "/drafts/" + prior[0] + "/publish"}, nil
+		Target: t.Name(), Key: k.Key, Primary: true, Durable: true,
+		Build: func(prior []string) (request, error) {
+			return request{Method: http.MethodPost, URL: t.endpoint + "/drafts/" + prior[0] + "/publish"}, nil
 		},
-		judge: func(a answer) verdict {
-			v := verdict{class: classifyCommon(a)}
-			if v.class == classCreated {
-				v.id = idOf(a.body, "record")
+		Judge: func(a answer) verdict {
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created {
+				v.ID = idOf(a.Body, "record")
 			}
 			return v
 		},
-		check: &check{
-			build: func(prior []string) (request, error) {
-				return request{method: http.MethodGet, url: t.endpoint + "/records/" + prior[0]}, nil
+		Check: &check{
+			Build: func(prior []string) (request, error) {
+				return request{Method: http.MethodGet, URL: t.endpoint + "/records/" + prior[0]}, nil
 			},
-			judge: func(a answer) finding {
+			Judge: func(a answer) finding {
 				switch {
-				case a.err == nil && a.status == http.StatusOK:
-					return finding{kind: findingPresent, id: idOf(a.body, "record")}
-				case a.err == nil && a.status == http.StatusNotFound:
-					return finding{kind: findingAbsent}
+				case a.Err == nil && a.Status == http.StatusOK:
+					return finding{Kind: driver.Present, ID: idOf(a.Body, "record")}
+				case a.Err == nil && a.Status == http.StatusNotFound:
+					return finding{Kind: driver.Absent}
 				}
-				return finding{kind: findingUnknown, cls: classifyCommon(a)}
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			},
 		},
 	}
@@ -243,7 +244,7 @@ func TestStepResumesAnUncertainCreateByItsMarker(t *testing.T) {
 
 	// What the dead run left: its intents, and the draft it created.
 	ctx := context.Background()
-	_, err = store.Begin(ctx, srv.tgt.name(), k.Key, nil)
+	_, err = store.Begin(ctx, srv.tgt.Name(), k.Key, nil)
 	require.NoError(t, err)
 	_, err = store.Begin(ctx, srv.tgt.draftTarget(), k.Key, nil)
 	require.NoError(t, err)
@@ -286,7 +287,7 @@ func TestTwoDraftsWithOneMarkerAreAConflict(t *testing.T) {
 	creates, _, records, _ := srv.counts()
 	require.Equal(t, 0, creates)
 	require.Equal(t, 0, records)
-	rec, err := store.Lookup(ctx, srv.tgt.name(), k.Key)
+	rec, err := store.Lookup(ctx, srv.tgt.Name(), k.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StateFailed, rec.State)
 }

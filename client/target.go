@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/jsonpointer"
 	"github.com/depositkit/deposit/internal/protocol"
@@ -16,56 +16,15 @@ import (
 
 // Target is where deposits go and how each one becomes requests: one of
 // [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] and
-// [Invenio], each a struct of its own options. A target turns a payload into
-// the steps of its deposit and judges the answers; the [Client] decides when
-// to send, wait, record and report. Target values are read-only once given
-// to [New].
+// [Invenio], each a struct of its own options, or a target of any package
+// written against the step contract of package driver. A target turns a
+// payload into the steps of its deposit and judges the answers; the
+// [Client] decides when to send, wait, record and report. Target values are
+// read-only once given to [New].
 type Target interface {
-	// driver checks the target's options and returns what the engine
-	// drives. Targets are defined in this package only: the step contract
-	// is still young.
-	driver() (driver, error)
-}
-
-// driver is a Target ready for the engine.
-type driver interface {
-	// name is the store target of the deposit's own rows: the protocol and
-	// the normalised endpoint (and the DOI prefix, for DataCite), built by
-	// targetName so that no credential is stored.
-	name() string
-	// stepTargets are the store targets of its other durable steps.
-	stepTargets() []string
-	// secretFingerprint identifies a key secret that shapes the requests
-	// (never the secret); "" when none does.
-	secretFingerprint() string
-	// guards reports whether the target sets header name for exactly-once,
-	// so that the caller's headers may not replace it.
-	guards(name string) bool
-	// steps returns the steps of a deposit, or an error when the target
-	// cannot take the payload (nothing is recorded then).
-	steps(k canonical.Keyed, dir string) ([]step, error)
-}
-
-// transportWrapper is a driver whose requests go through a transport of its
-// own (S3's signer), wrapped around the client's.
-type transportWrapper interface {
-	wrapTransport(next http.RoundTripper) http.RoundTripper
-}
-
-// rateSetter is a driver with a default request rate (DataCite's published
-// limit), used when Config.Rate is 0.
-type rateSetter interface {
-	defaultRate() float64
-}
-
-// requestPacer is a driver that holds some of its requests to a rate of
-// their own (InvenioRDM's searches). pacer returns, once per client, what
-// picks a request's own limiter (nil: none). Its wait comes before the
-// request takes a batch's slot or starts its attempt timeout: a request
-// waiting for its rate holds nothing other requests need, and has not
-// begun.
-type requestPacer interface {
-	pacer() func(*http.Request) *backoff.Limiter
+	// Driver checks the target's options and returns what the engine
+	// drives; an error is a configuration error, reported by New.
+	Driver() (driver.Driver, error)
 }
 
 // guardsConditional reports the headers every target reserves: a caller's
@@ -127,7 +86,7 @@ type putDriver struct {
 	userPointer string
 }
 
-func (t Put) driver() (driver, error) {
+func (t Put) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("Put.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -147,19 +106,19 @@ func pointers(user string, defaults ...string) ([]string, error) {
 	return []string{user}, nil
 }
 
-func (d putDriver) name() string              { return targetName(protocol.Put, d.endpoint) }
-func (d putDriver) stepTargets() []string     { return nil }
-func (d putDriver) secretFingerprint() string { return "" }
-func (d putDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d putDriver) Name() string              { return driver.TargetName(protocol.Put, d.endpoint) }
+func (d putDriver) StepTargets() []string     { return nil }
+func (d putDriver) SecretFingerprint() string { return "" }
+func (d putDriver) Guards(name string) bool   { return guardsConditional(name) }
 
-func (d putDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	url := recordURL(d.endpoint, k.Key)
+func (d putDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build:    conditionalPut(url, k.Body),
-		judge:    conditionalJudge(d.pointers, d.userPointer, credential.Strip(url)),
-		check:    readBack(url, d.pointers, d.userPointer, nil),
-		fallback: credential.Strip(url),
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build:    conditionalPut(url, k.Body),
+		Judge:    conditionalJudge(d.pointers, d.userPointer, credential.Strip(url)),
+		Check:    readBack(url, d.pointers, d.userPointer, nil),
+		Fallback: credential.Strip(url),
 	}}, nil
 }
 
@@ -170,7 +129,7 @@ func conditionalPut(url string, body []byte) func([]string) (request, error) {
 		h := http.Header{}
 		h.Set("If-None-Match", "*")
 		h.Set("Content-Type", "application/json")
-		return request{method: http.MethodPut, url: url, header: h, body: body, full: true}, nil
+		return request{Method: http.MethodPut, URL: url, Header: h, Body: body, Full: true}, nil
 	}
 }
 
@@ -179,21 +138,21 @@ func conditionalPut(url string, body []byte) func([]string) (request, error) {
 // chose, if any: an answer it names nothing in is warned about.
 func conditionalJudge(pointers []string, userPointer, recordURL string) func(answer) verdict {
 	return func(a answer) verdict {
-		if a.err == nil {
-			switch a.status {
+		if a.Err == nil {
+			switch a.Status {
 			case http.StatusPreconditionFailed:
-				id, _ := stringAtPointers(a.body, pointers)
-				return verdict{class: classExists, id: id, warn: missedPointer(userPointer, a.body)}
+				id, _ := driver.StringAt(a.Body, pointers)
+				return verdict{Class: driver.Exists, ID: id, Warn: missedPointer(userPointer, a.Body)}
 			case http.StatusConflict:
-				return verdict{class: classConflict}
+				return verdict{Class: driver.Conflict}
 			}
 		}
-		v := verdict{class: classifyCommon(a)}
-		if v.class == classCreated {
-			v.id = identifierFrom(a.body, a.header, pointers, a.url, recordURL)
-			v.warn = missedPointer(userPointer, a.body)
-			if a.status != http.StatusCreated {
-				v.warn = ignoredConditionWarning
+		v := verdict{Class: driver.Classify(a)}
+		if v.Class == driver.Created {
+			v.ID = identifierFrom(a.Body, a.Header, pointers, a.URL, recordURL)
+			v.Warn = missedPointer(userPointer, a.Body)
+			if a.Status != http.StatusCreated {
+				v.Warn = ignoredConditionWarning
 			}
 		}
 		return v
@@ -211,31 +170,31 @@ const ignoredConditionWarning = "the server answered a conditional create with a
 // is warned about.
 func readBack(url string, pointers []string, userPointer string, ours func(body []byte) error) *check {
 	return &check{
-		build: func([]string) (request, error) {
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Accept", "application/json")
-			return request{method: http.MethodGet, url: url, header: h, full: true}, nil
+			return request{Method: http.MethodGet, URL: url, Header: h, Full: true}, nil
 		},
-		judge: func(a answer) finding {
-			if a.err != nil {
-				return finding{kind: findingUnknown, cls: classifyCommon(a)}
+		Judge: func(a answer) finding {
+			if a.Err != nil {
+				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			}
-			switch a.status {
+			switch a.Status {
 			case http.StatusOK, http.StatusNoContent:
 				if ours != nil {
-					if err := ours(a.body); err != nil {
-						return finding{kind: findingForeign, problem: err.Error()}
+					if err := ours(a.Body); err != nil {
+						return finding{Kind: driver.Foreign, Problem: err.Error()}
 					}
 				}
 				// A read-back that merely echoes the stored payload mints
 				// nothing: no identifier, so the step's fallback (the
 				// record URL) it is.
-				id, _ := stringAtPointers(a.body, pointers)
-				return finding{kind: findingPresent, id: id, warn: missedPointer(userPointer, a.body)}
+				id, _ := driver.StringAt(a.Body, pointers)
+				return finding{Kind: driver.Present, ID: id, Warn: missedPointer(userPointer, a.Body)}
 			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
-				return finding{kind: findingAbsent, warn: "the server refused to read a record back; using record URLs as identifiers"}
+				return finding{Kind: driver.Absent, Warn: "the server refused to read a record back; using record URLs as identifiers"}
 			}
-			return finding{kind: findingUnknown, cls: classifyCommon(a)}
+			return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 		},
 	}
 }
@@ -250,7 +209,7 @@ type idempotencyKeyDriver struct {
 	inFlight    time.Duration
 }
 
-func (t IdempotencyKey) driver() (driver, error) {
+func (t IdempotencyKey) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("IdempotencyKey.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -270,83 +229,52 @@ func (t IdempotencyKey) driver() (driver, error) {
 	return d, nil
 }
 
-func (d idempotencyKeyDriver) name() string              { return targetName(protocol.IdempotencyKey, d.endpoint) }
-func (d idempotencyKeyDriver) stepTargets() []string     { return nil }
-func (d idempotencyKeyDriver) secretFingerprint() string { return secretFingerprint(d.secret) }
-func (d idempotencyKeyDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d idempotencyKeyDriver) Name() string {
+	return driver.TargetName(protocol.IdempotencyKey, d.endpoint)
+}
+func (d idempotencyKeyDriver) StepTargets() []string     { return nil }
+func (d idempotencyKeyDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
+func (d idempotencyKeyDriver) Guards(name string) bool   { return guardsConditional(name) }
 
-func (d idempotencyKeyDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	record := credential.Strip(recordURL(d.endpoint, k.Key))
+func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
+	record := credential.Strip(driver.RecordURL(d.endpoint, k.Key))
 	return []step{{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		keepBody: true, retention: d.retention,
-		build: func([]string) (request, error) {
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		KeepBody: true, Retention: d.retention,
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Idempotency-Key", idempotencyKey(d.endpoint, k.Key, d.secret))
 			h.Set("Content-Type", "application/json")
-			return request{method: http.MethodPost, url: d.endpoint, header: h, body: k.Body, full: true}, nil
+			return request{Method: http.MethodPost, URL: d.endpoint, Header: h, Body: k.Body, Full: true}, nil
 		},
-		judge: func(a answer) verdict {
-			v := verdict{class: classifyCommon(a)}
-			if a.err == nil {
+		Judge: func(a answer) verdict {
+			v := verdict{Class: driver.Classify(a)}
+			if a.Err == nil {
 				switch {
-				case a.status >= 200 && a.status < 300 && strings.EqualFold(a.header.Get("Idempotency-Key-Reply"), "hit"):
+				case a.Status >= 200 && a.Status < 300 && strings.EqualFold(a.Header.Get("Idempotency-Key-Reply"), "hit"):
 					// The server replayed the result of an earlier request.
-					v.class = classExists
-				case a.status == http.StatusConflict:
+					v.Class = driver.Exists
+				case a.Status == http.StatusConflict:
 					// The first request with this key is still in flight.
-					v.class, v.inFlight = classRetry, d.inFlight
+					v.Class, v.InFlight = driver.Retry, d.inFlight
 				}
 			}
-			cls := v.class
-			if cls == classCreated || cls == classExists {
-				v.id = identifierFrom(a.body, a.header, d.pointers, a.url, record)
-				v.warn = missedPointer(d.userPointer, a.body)
+			cls := v.Class
+			if cls == driver.Created || cls == driver.Exists {
+				v.ID = identifierFrom(a.Body, a.Header, d.pointers, a.URL, record)
+				v.Warn = missedPointer(d.userPointer, a.Body)
 			}
 			return v
 		},
-		fallback: record,
+		Fallback: record,
 	}}, nil
-}
-
-// classifyCommon is the part of the protocol table every target shares.
-func classifyCommon(a answer) class {
-	if a.err != nil {
-		return classAmbiguous
-	}
-	switch s := a.status; {
-	case s == http.StatusCreated || s == http.StatusOK || s == http.StatusNoContent:
-		return classCreated
-	case s == http.StatusUnauthorized || s == http.StatusForbidden || s == http.StatusNotFound ||
-		s == http.StatusNotImplemented:
-		return classStop
-	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
-		return classRetry
-	case s >= 500:
-		return classAmbiguous
-	case s >= 400:
-		return classTerminal
-	default:
-		// 1xx, 3xx the HTTP client did not follow, other 2xx: not a
-		// confirmation. Ambiguous, so the attempt limit settles it.
-		return classAmbiguous
-	}
-}
-
-// targetName is the store target of a protocol at a normalised endpoint:
-// the protocol, a space and the endpoint, with the value of each credential
-// in its query (?access_token=...) replaced by its digest, so that the store
-// never holds a token and an endpoint without one keeps the name earlier
-// versions gave it.
-func targetName(proto, endpoint string) string {
-	return proto + " " + credential.Digest(endpoint)
 }
 
 // stepsOf is the target's steps for k. A payload that is not a document
 // is refused for every target: by the target's own check where it has a
 // stricter one (a record), else here.
 func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
-	steps, err := c.target.steps(k, dir)
+	steps, err := c.target.Steps(k, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -396,15 +324,6 @@ func jsonKind(body []byte) string {
 	default:
 		return "a number"
 	}
-}
-
-// recordURL is {endpoint}/{name}, the endpoint's query kept after the name.
-func recordURL(endpoint, name string) string {
-	base, query, found := strings.Cut(endpoint, "?")
-	if found {
-		return base + "/" + name + "?" + query
-	}
-	return base + "/" + name
 }
 
 // errHeaderGuarded is the error for a caller's header that a target sets

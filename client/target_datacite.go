@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -114,7 +115,7 @@ type dataciteDriver struct {
 	event    string // "", "publish" or "register"
 }
 
-func (t DataCite) driver() (driver, error) {
+func (t DataCite) Driver() (driver.Driver, error) {
 	raw := t.Endpoint
 	if strings.TrimSpace(raw) == "" {
 		raw = DataCiteTestEndpoint
@@ -134,26 +135,26 @@ func (t DataCite) driver() (driver, error) {
 	return dataciteDriver{endpoint: ep, prefix: strings.ToLower(t.Prefix), event: t.Event}, nil
 }
 
-func (d dataciteDriver) name() string {
-	return targetName(protocol.DataCite, d.endpoint) + " " + d.prefix
+func (d dataciteDriver) Name() string {
+	return driver.TargetName(protocol.DataCite, d.endpoint) + " " + d.prefix
 }
 
 // eventTarget is the store target of the event step: its own namespace, so
 // a DOI created but not yet published is found by the next run.
 func (d dataciteDriver) eventTarget() string {
-	return targetName(protocol.DataCite+"-"+d.event, d.endpoint) + " " + d.prefix
+	return driver.TargetName(protocol.DataCite+"-"+d.event, d.endpoint) + " " + d.prefix
 }
 
-func (d dataciteDriver) stepTargets() []string {
+func (d dataciteDriver) StepTargets() []string {
 	if d.event == "" {
 		return nil
 	}
 	return []string{d.eventTarget()}
 }
 
-func (d dataciteDriver) secretFingerprint() string { return "" }
-func (d dataciteDriver) guards(name string) bool   { return guardsConditional(name) }
-func (d dataciteDriver) defaultRate() float64      { return DataCiteRate }
+func (d dataciteDriver) SecretFingerprint() string { return "" }
+func (d dataciteDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d dataciteDriver) DefaultRate() float64      { return DataCiteRate }
 
 // url is {endpoint}/dois[/doi], the endpoint's query kept.
 func (d dataciteDriver) url(doi string) string {
@@ -168,10 +169,10 @@ func (d dataciteDriver) url(doi string) string {
 	return u
 }
 
-// steps are the create and, with an event, the event. The create body is
+// Steps are the create and, with an event, the event. The create body is
 // built here, so a payload DataCite cannot take is invalid before any
 // intent is recorded.
-func (d dataciteDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
+func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	doi, err := DOI(d.prefix, k.Key)
 	if err != nil {
 		return nil, err
@@ -188,44 +189,44 @@ func (d dataciteDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
 	}
 	doiURL := d.url(doi)
 	create := step{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
-			return request{method: http.MethodPost, url: d.url(""), header: header(), body: body}, nil
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: func([]string) (request, error) {
+			return request{Method: http.MethodPost, URL: d.url(""), Header: header(), Body: body}, nil
 		},
-		judge: func(a answer) verdict {
-			cls := classifyCommon(a)
-			if a.err == nil {
+		Judge: func(a answer) verdict {
+			cls := driver.Classify(a)
+			if a.Err == nil {
 				switch {
-				case a.status == http.StatusConflict:
+				case a.Status == http.StatusConflict:
 					// Two creators raced and the other won: exists, to be
 					// read back.
-					cls = classConflict
-				case a.status == http.StatusUnprocessableEntity && doiTaken(a.body):
+					cls = driver.Conflict
+				case a.Status == http.StatusUnprocessableEntity && doiTaken(a.Body):
 					// Exists, but perhaps not ours: the read-back decides.
 					// As a conflict, a DOI taken but not readable (another
 					// repository's draft) is never claimed.
-					cls = classConflict
+					cls = driver.Conflict
 				}
 			}
-			return verdict{class: cls, id: doi}
+			return verdict{Class: cls, ID: doi}
 		},
 		// No pointers: a read-back names no identifier, so the DOI (the
 		// fallback) is the identifier, whatever the record says.
-		check:    readBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
-		fallback: doi,
+		Check:    readBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
+		Fallback: doi,
 	}
 	steps := []step{create}
 	if d.event != "" {
 		event := []byte(`{"data":{"type":"dois","attributes":{"event":"` + d.event + `"}}}`)
 		steps = append(steps, step{
-			label: d.event, target: d.eventTarget(), key: k.Key, durable: true,
+			Label: d.event, Target: d.eventTarget(), Key: k.Key, Durable: true,
 			// Publishing a findable DOI again changes nothing.
-			arbitrated: true,
-			build: func([]string) (request, error) {
-				return request{method: http.MethodPut, url: doiURL, header: header(), body: event}, nil
+			Arbitrated: true,
+			Build: func([]string) (request, error) {
+				return request{Method: http.MethodPut, URL: doiURL, Header: header(), Body: event}, nil
 			},
-			judge:    func(a answer) verdict { return verdict{class: classifyCommon(a), id: doi} },
-			fallback: doi,
+			Judge:    func(a answer) verdict { return verdict{Class: driver.Classify(a), ID: doi} },
+			Fallback: doi,
 		})
 	}
 	return steps, nil

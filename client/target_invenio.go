@@ -23,6 +23,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -142,7 +143,7 @@ type invenioDriver struct {
 	searchRate float64
 }
 
-func (t Invenio) driver() (driver, error) {
+func (t Invenio) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("Invenio.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -165,29 +166,35 @@ func (t Invenio) driver() (driver, error) {
 }
 
 // The store targets: the published deposit, its draft, its files, and the
-// drafts to look for again, each named by targetName so that a token in
+// drafts to look for again, each named by driver.TargetName so that a token in
 // the endpoint's query is not stored.
-func (d invenioDriver) publishTarget() string { return targetName(protocol.Invenio, d.endpoint) }
-func (d invenioDriver) draftTarget() string   { return targetName(protocol.Invenio+"-draft", d.endpoint) }
-func (d invenioDriver) fileTarget() string    { return targetName(protocol.Invenio+"-file", d.endpoint) }
+func (d invenioDriver) publishTarget() string { return driver.TargetName(protocol.Invenio, d.endpoint) }
+func (d invenioDriver) draftTarget() string {
+	return driver.TargetName(protocol.Invenio+"-draft", d.endpoint)
+}
+func (d invenioDriver) fileTarget() string {
+	return driver.TargetName(protocol.Invenio+"-file", d.endpoint)
+}
 func (d invenioDriver) recheckTarget() string {
-	return targetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
+	return driver.TargetName(protocol.Invenio+protocol.RecheckSuffix, d.endpoint)
 }
 
 // scanTarget names the scan of the user's records (dedup's scan tables),
 // one per endpoint whatever the steps.
-func (d invenioDriver) scanTarget() string { return targetName(protocol.Invenio+"-scan", d.endpoint) }
+func (d invenioDriver) scanTarget() string {
+	return driver.TargetName(protocol.Invenio+"-scan", d.endpoint)
+}
 
-// name is the primary step's target: the publish, or under NoPublish the
+// Name is the primary step's target: the publish, or under NoPublish the
 // draft, so that a later run that publishes finds its drafts done.
-func (d invenioDriver) name() string {
+func (d invenioDriver) Name() string {
 	if d.publish {
 		return d.publishTarget()
 	}
 	return d.draftTarget()
 }
 
-func (d invenioDriver) stepTargets() []string {
+func (d invenioDriver) StepTargets() []string {
 	t := []string{d.fileTarget(), d.recheckTarget()}
 	if d.publish {
 		t = append(t, d.draftTarget())
@@ -195,17 +202,17 @@ func (d invenioDriver) stepTargets() []string {
 	return t
 }
 
-func (d invenioDriver) secretFingerprint() string { return secretFingerprint(d.secret) }
-func (d invenioDriver) guards(name string) bool   { return guardsConditional(name) }
-func (d invenioDriver) defaultRate() float64      { return InvenioRate }
+func (d invenioDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
+func (d invenioDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d invenioDriver) DefaultRate() float64      { return InvenioRate }
 func (d invenioDriver) wantsFileMD5() bool        { return true }
 
-func (d invenioDriver) wrapTransport(next http.RoundTripper) http.RoundTripper {
+func (d invenioDriver) WrapTransport(next http.RoundTripper) http.RoundTripper {
 	return &invenioTransport{next: next}
 }
 
 // pacer holds searches to SearchRate, on a budget of their own.
-func (d invenioDriver) pacer() func(*http.Request) *backoff.Limiter {
+func (d invenioDriver) Pacer() func(*http.Request) *backoff.Limiter {
 	search := backoff.NewLimiter(max(d.searchRate, 0))
 	return func(req *http.Request) *backoff.Limiter {
 		if strings.HasSuffix(req.URL.Path, "/user/records") {
@@ -243,8 +250,8 @@ func (d invenioDriver) fileURL(id, key, suffix string) string {
 
 func (d invenioDriver) marker(k canonical.Keyed) string { return InvenioMarker(k.Key, d.secret) }
 
-// steps are the draft, three per file, and the publish.
-func (d invenioDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
+// Steps are the draft, three per file, and the publish.
+func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 	steps, _, err := d.layout(k, dir)
 	return steps, err
 }
@@ -275,29 +282,29 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 	}
 
 	draft := step{
-		label: "draft", target: d.draftTarget(), key: k.Key, durable: true, recordID: true,
-		recheck: d.recheckTarget(),
-		build: func([]string) (request, error) {
-			return request{method: http.MethodPost, url: d.url("records", nil), header: jsonHeader(), body: body, full: true}, nil
+		Label: "draft", Target: d.draftTarget(), Key: k.Key, Durable: true, RecordID: true,
+		Recheck: d.recheckTarget(),
+		Build: func([]string) (request, error) {
+			return request{Method: http.MethodPost, URL: d.url("records", nil), Header: jsonHeader(), Body: body, Full: true}, nil
 		},
-		judge: func(a answer) verdict {
+		Judge: func(a answer) verdict {
 			v := invenioVerdict(a)
-			if v.class == classCreated {
-				if v.id = stringMember(a.body, "id"); v.id == "" {
-					v.class, v.problem = classAmbiguous, "the create answer names no draft id"
+			if v.Class == driver.Created {
+				if v.ID = stringMember(a.Body, "id"); v.ID == "" {
+					v.Class, v.Problem = driver.Ambiguous, "the create answer names no draft id"
 				}
-				if bytes.Contains(a.body, []byte(`"errors"`)) {
+				if bytes.Contains(a.Body, []byte(`"errors"`)) {
 					// InvenioRDM keeps a draft with invalid or missing fields
 					// and says so here; only its publish refuses it.
-					v.warn = "InvenioRDM created drafts with validation errors (the fields it dropped are in the create answer); publishing them will be refused"
+					v.Warn = "InvenioRDM created drafts with validation errors (the fields it dropped are in the create answer); publishing them will be refused"
 				}
 			}
 			return v
 		},
-		check: d.markerCheck(marker),
+		Check: d.markerCheck(marker),
 	}
 	if !d.publish {
-		draft.label, draft.primary = "", true
+		draft.Label, draft.Primary = "", true
 	}
 	steps, seeds := []step{draft}, []string{""}
 	for _, f := range files {
@@ -373,17 +380,17 @@ func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, err
 func (d invenioDriver) markerCheck(marker string) *check {
 	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}}
 	return &check{
-		settle: d.settle,
-		build: func([]string) (request, error) {
-			return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON(), full: true}, nil
+		Settle: d.settle,
+		Build: func([]string) (request, error) {
+			return request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}, nil
 		},
-		judge: func(a answer) finding {
-			if a.err != nil || a.status != http.StatusOK {
-				return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+		Judge: func(a answer) finding {
+			if a.Err != nil || a.Status != http.StatusOK {
+				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			}
-			hits, _, ok := invenioHits(a.body)
+			hits, _, ok := invenioHits(a.Body)
 			if !ok {
-				return finding{kind: findingUnknown, cls: classAmbiguous, problem: "the search answer is not a page of hits"}
+				return finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the search answer is not a page of hits"}
 			}
 			// The identifier field is text: a phrase query also matches
 			// longer identifiers, so only exact values count.
@@ -395,11 +402,11 @@ func (d invenioDriver) markerCheck(marker string) *check {
 			}
 			switch len(ids) {
 			case 0:
-				return finding{kind: findingAbsent}
+				return finding{Kind: driver.Absent}
 			case 1:
-				return finding{kind: findingPresent, id: ids[0]}
+				return finding{Kind: driver.Present, ID: ids[0]}
 			}
-			return finding{kind: findingForeign, problem: fmt.Sprintf(
+			return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 				"%d records carry the marker %s: %s; keep one, delete the surplus drafts (DELETE /api/records/{id}/draft), then run again with --retry-failed",
 				len(ids), marker, strings.Join(ids, ", "))}
 		},
@@ -416,19 +423,19 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 	// the keyed bytes ("completed"); committed with other bytes is foreign.
 	entry := func(done func(status string) finding) *check {
 		return &check{
-			build: func(prior []string) (request, error) {
-				return request{method: http.MethodGet, url: d.fileURL(prior[0], f.Path, ""), header: acceptJSON(), full: true}, nil
+			Build: func(prior []string) (request, error) {
+				return request{Method: http.MethodGet, URL: d.fileURL(prior[0], f.Path, ""), Header: acceptJSON(), Full: true}, nil
 			},
-			judge: func(a answer) finding {
-				if a.err == nil && a.status == http.StatusNotFound {
-					return finding{kind: findingAbsent}
+			Judge: func(a answer) finding {
+				if a.Err == nil && a.Status == http.StatusNotFound {
+					return finding{Kind: driver.Absent}
 				}
-				if a.err != nil || a.status != http.StatusOK {
-					return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+				if a.Err != nil || a.Status != http.StatusOK {
+					return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 				}
-				status, sum := stringMember(a.body, "status"), stringMember(a.body, "checksum")
+				status, sum := stringMember(a.Body, "status"), stringMember(a.Body, "checksum")
 				if status == "completed" && sum != want {
-					return finding{kind: findingForeign, problem: fmt.Sprintf(
+					return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 						"%s on the draft is committed with %s, not the %s of the bytes keyed: delete it (DELETE .../draft/files/{key}) and run again with --retry-failed",
 						label, sum, want)}
 				}
@@ -439,32 +446,32 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 	committed := func(prior []string) (string, bool) { return want, prior[at] == "completed" }
 
 	initStep := step{
-		label: label, target: d.fileTarget(), key: row("init"), durable: true,
-		build: func(prior []string) (request, error) {
+		Label: label, Target: d.fileTarget(), Key: row("init"), Durable: true,
+		Build: func(prior []string) (request, error) {
 			body, _ := json.Marshal([]map[string]string{{"key": f.Path}})
-			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), header: jsonHeader(), body: body}, nil
+			return request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), Header: jsonHeader(), Body: body}, nil
 		},
-		judge: func(a answer) verdict {
+		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
 			switch {
-			case v.class == classCreated:
-				v.id = "pending"
-			case a.err == nil && a.status == http.StatusBadRequest && strings.Contains(invenioProblem(a.body), "already exists"):
-				v.class = classConflict // started before: its entry says how far
+			case v.Class == driver.Created:
+				v.ID = "pending"
+			case a.Err == nil && a.Status == http.StatusBadRequest && strings.Contains(invenioProblem(a.Body), "already exists"):
+				v.Class = driver.Conflict // started before: its entry says how far
 			}
 			return v
 		},
-		check: entry(func(status string) finding {
+		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{kind: findingPresent, id: "completed"}
+				return finding{Kind: driver.Present, ID: "completed"}
 			}
-			return finding{kind: findingPresent, id: "pending"}
+			return finding{Kind: driver.Present, ID: "pending"}
 		}),
 	}
 	upload := step{
-		label: label + " upload", target: d.fileTarget(), key: row("content"), durable: true,
-		settled: committed,
-		build: func(prior []string) (request, error) {
+		Label: label + " upload", Target: d.fileTarget(), Key: row("content"), Durable: true,
+		Settled: committed,
+		Build: func(prior []string) (request, error) {
 			h := http.Header{}
 			h.Set("Content-Type", "application/octet-stream")
 			open := func() (io.Reader, error) {
@@ -474,56 +481,56 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 				}
 				return sizedFile{fh, f.Size}, nil
 			}
-			return request{method: http.MethodPut, url: d.fileURL(prior[0], f.Path, "/content"), header: h, open: open, size: f.Size}, nil
+			return request{Method: http.MethodPut, URL: d.fileURL(prior[0], f.Path, "/content"), Header: h, Open: open, Size: f.Size}, nil
 		},
-		judge: func(a answer) verdict {
+		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
 			switch {
-			case v.class == classCreated && bytes.Contains(a.body, []byte(`"errors"`)):
+			case v.Class == driver.Created && bytes.Contains(a.Body, []byte(`"errors"`)):
 				// Older InvenioRDM answers 200 with errors to an upload to a
 				// committed file, having deleted it.
-				v.class, v.problem = classTerminal, "the upload was refused: "+invenioProblem(a.body)
-			case v.class == classCreated:
-				v.id = "uploaded"
-			case a.err == nil && a.status == http.StatusBadRequest && strings.Contains(invenioProblem(a.body), "already committed"):
+				v.Class, v.Problem = driver.Terminal, "the upload was refused: "+invenioProblem(a.Body)
+			case v.Class == driver.Created:
+				v.ID = "uploaded"
+			case a.Err == nil && a.Status == http.StatusBadRequest && strings.Contains(invenioProblem(a.Body), "already committed"):
 				// Committed before: the commit step checks its checksum.
-				v.class, v.id = classExists, "committed"
+				v.Class, v.ID = driver.Exists, "committed"
 			}
 			return v
 		},
-		check: entry(func(status string) finding {
+		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{kind: findingPresent, id: want}
+				return finding{Kind: driver.Present, ID: want}
 			}
-			return finding{kind: findingAbsent} // pending: send the bytes again
+			return finding{Kind: driver.Absent} // pending: send the bytes again
 		}),
 	}
 	commit := step{
-		label: label + " commit", target: d.fileTarget(), key: row("commit"), durable: true,
-		settled: committed,
-		build: func(prior []string) (request, error) {
-			return request{method: http.MethodPost, url: d.fileURL(prior[0], f.Path, "/commit"), header: acceptJSON(), full: true}, nil
+		Label: label + " commit", Target: d.fileTarget(), Key: row("commit"), Durable: true,
+		Settled: committed,
+		Build: func(prior []string) (request, error) {
+			return request{Method: http.MethodPost, URL: d.fileURL(prior[0], f.Path, "/commit"), Header: acceptJSON(), Full: true}, nil
 		},
-		judge: func(a answer) verdict {
+		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
-			if v.class != classCreated {
+			if v.Class != driver.Created {
 				return v
 			}
-			switch sum := stringMember(a.body, "checksum"); sum {
+			switch sum := stringMember(a.Body, "checksum"); sum {
 			case want:
-				v.id = want
+				v.ID = want
 			case "":
-				v.class, v.problem = classAmbiguous, "the commit answer has no checksum"
+				v.Class, v.Problem = driver.Ambiguous, "the commit answer has no checksum"
 			default:
-				v.class, v.problem = classTerminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
+				v.Class, v.Problem = driver.Terminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
 			}
 			return v
 		},
-		check: entry(func(status string) finding {
+		Check: entry(func(status string) finding {
 			if status == "completed" {
-				return finding{kind: findingPresent, id: want}
+				return finding{Kind: driver.Present, ID: want}
 			}
-			return finding{kind: findingAbsent}
+			return finding{Kind: driver.Absent}
 		}),
 	}
 	return []step{initStep, upload, commit}
@@ -533,52 +540,52 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 // published with, else the record id.
 func (d invenioDriver) publishStep(key string) step {
 	pid := func(body []byte, id string) string {
-		if doi, ok := stringAtPointers(body, []string{"/pids/doi/identifier"}); ok {
+		if doi, ok := driver.StringAt(body, []string{"/pids/doi/identifier"}); ok {
 			return doi
 		}
 		return id
 	}
 	return step{
-		label: "publish", target: d.publishTarget(), key: key, primary: true, durable: true,
-		build: func(prior []string) (request, error) {
-			return request{method: http.MethodPost, url: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), header: acceptJSON(), full: true}, nil
+		Label: "publish", Target: d.publishTarget(), Key: key, Primary: true, Durable: true,
+		Build: func(prior []string) (request, error) {
+			return request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), Header: acceptJSON(), Full: true}, nil
 		},
-		judge: func(a answer) verdict {
+		Judge: func(a answer) verdict {
 			v := invenioFileVerdict(a)
 			switch {
-			case a.err == nil && a.status == http.StatusAccepted:
-				v.class = classCreated
-			case a.err == nil && a.status == http.StatusNotFound:
+			case a.Err == nil && a.Status == http.StatusAccepted:
+				v.Class = driver.Created
+			case a.Err == nil && a.Status == http.StatusNotFound:
 				// No draft: published already (by another process sharing
 				// the store), or deleted. The read-back tells which.
-				v.class, v.problem = classConflict, "the draft is gone and the record is not published (deleted?)"
-			case v.class == classTerminal:
-				v.problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.problem
+				v.Class, v.Problem = driver.Conflict, "the draft is gone and the record is not published (deleted?)"
+			case v.Class == driver.Terminal:
+				v.Problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.Problem
 			}
-			if v.class == classCreated {
-				v.id = pid(a.body, stringMember(a.body, "id"))
+			if v.Class == driver.Created {
+				v.ID = pid(a.Body, stringMember(a.Body, "id"))
 			}
 			return v
 		},
-		check: &check{
-			build: func(prior []string) (request, error) {
-				return request{method: http.MethodGet, url: d.url("records/"+url.PathEscape(prior[0]), nil), header: acceptJSON(), full: true}, nil
+		Check: &check{
+			Build: func(prior []string) (request, error) {
+				return request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[0]), nil), Header: acceptJSON(), Full: true}, nil
 			},
-			judge: func(a answer) finding {
+			Judge: func(a answer) finding {
 				switch {
-				case a.err == nil && a.status == http.StatusOK:
+				case a.Err == nil && a.Status == http.StatusOK:
 					var r struct {
 						ID        string `json:"id"`
 						Published bool   `json:"is_published"`
 					}
-					if json.Unmarshal(a.body, &r) != nil || !r.Published {
-						return finding{kind: findingAbsent}
+					if json.Unmarshal(a.Body, &r) != nil || !r.Published {
+						return finding{Kind: driver.Absent}
 					}
-					return finding{kind: findingPresent, id: pid(a.body, r.ID)}
-				case a.err == nil && a.status == http.StatusNotFound:
-					return finding{kind: findingAbsent} // "not registered": never published
+					return finding{Kind: driver.Present, ID: pid(a.Body, r.ID)}
+				case a.Err == nil && a.Status == http.StatusNotFound:
+					return finding{Kind: driver.Absent} // "not registered": never published
 				}
-				return finding{kind: findingUnknown, cls: invenioVerdict(a).class, problem: invenioProblem(a.body)}
+				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			},
 		},
 	}
@@ -603,14 +610,14 @@ func (d invenioDriver) problem(body []byte) string { return invenioProblem(body)
 // a search of latest versions would not show.
 func (d invenioDriver) scanPage(page int) request {
 	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}, "allversions": {"true"}}
-	return request{method: http.MethodGet, url: d.url("user/records", q), header: acceptJSON(), full: true}
+	return request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}
 }
 
 func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
-	if a.err != nil || a.status != http.StatusOK {
+	if a.Err != nil || a.Status != http.StatusOK {
 		return nil, 0, 0, false
 	}
-	hits, total, ok := invenioHits(a.body)
+	hits, total, ok := invenioHits(a.Body)
 	if !ok {
 		return nil, 0, 0, false
 	}
@@ -641,7 +648,7 @@ func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []dedup.F
 	rows := []seedRow{{step: 0, id: f.ID, done: true}}
 	for i := 1; i < len(steps); i++ {
 		id := seeds[i]
-		if steps[i].primary {
+		if steps[i].Primary {
 			id = cmp.Or(f.PID, f.ID)
 		}
 		rows = append(rows, seedRow{step: i, id: id, done: f.Published})
@@ -715,9 +722,9 @@ func invenioHits(body []byte) ([]invenioHit, int, bool) {
 // invenioVerdict classifies an answer per the protocol table, with
 // InvenioRDM's error body as the problem.
 func invenioVerdict(a answer) verdict {
-	v := verdict{class: classifyCommon(a)}
-	if a.err == nil && a.status >= 400 {
-		v.problem = invenioProblem(a.body)
+	v := verdict{Class: driver.Classify(a)}
+	if a.Err == nil && a.Status >= 400 {
+		v.Problem = invenioProblem(a.Body)
 	}
 	return v
 }
@@ -727,9 +734,9 @@ func invenioVerdict(a answer) verdict {
 // fails this deposit and stops no other.
 func invenioFileVerdict(a answer) verdict {
 	v := invenioVerdict(a)
-	if a.err == nil && a.status == http.StatusNotFound {
-		v.class = classTerminal
-		v.problem = "the draft or file is gone (deleted?): " + v.problem
+	if a.Err == nil && a.Status == http.StatusNotFound {
+		v.Class = driver.Terminal
+		v.Problem = "the draft or file is gone (deleted?): " + v.Problem
 	}
 	return v
 }
@@ -757,7 +764,7 @@ func invenioProblem(body []byte) string {
 
 // stringMember is the string member name of a JSON object body, or "".
 func stringMember(body []byte, name string) string {
-	s, _ := stringAtPointers(body, []string{"/" + name})
+	s, _ := driver.StringAt(body, []string{"/" + name})
 	return s
 }
 

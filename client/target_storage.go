@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -60,37 +61,37 @@ type CouchDB struct {
 
 type webdavDriver struct{ endpoint string }
 
-func (t WebDAV) driver() (driver, error) {
+func (t WebDAV) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("WebDAV.Endpoint", t.Endpoint)
 	return webdavDriver{ep}, err
 }
 
-func (d webdavDriver) name() string              { return targetName(protocol.WebDAV, d.endpoint) }
-func (d webdavDriver) stepTargets() []string     { return nil }
-func (d webdavDriver) secretFingerprint() string { return "" }
-func (d webdavDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d webdavDriver) Name() string              { return driver.TargetName(protocol.WebDAV, d.endpoint) }
+func (d webdavDriver) StepTargets() []string     { return nil }
+func (d webdavDriver) SecretFingerprint() string { return "" }
+func (d webdavDriver) Guards(name string) bool   { return guardsConditional(name) }
 
-func (d webdavDriver) steps(k canonical.Keyed, _ string) ([]step, error) {
-	url := recordURL(d.endpoint, k.Key)
+func (d webdavDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: conditionalPut(url, k.Body),
-		judge: func(a answer) verdict {
-			if a.err == nil {
-				switch a.status {
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: conditionalPut(url, k.Body),
+		Judge: func(a answer) verdict {
+			if a.Err == nil {
+				switch a.Status {
 				case http.StatusPreconditionFailed:
-					return verdict{class: classExists}
+					return verdict{Class: driver.Exists}
 				case http.StatusConflict:
-					return verdict{class: classStop, problem: "the collection " + parentCollection(url) + " does not exist"}
+					return verdict{Class: driver.Stop, Problem: "the collection " + parentCollection(url) + " does not exist"}
 				}
 			}
-			v := verdict{class: classifyCommon(a)}
-			if v.class == classCreated && a.status != http.StatusCreated {
-				v.warn = ignoredConditionWarning
+			v := verdict{Class: driver.Classify(a)}
+			if v.Class == driver.Created && a.Status != http.StatusCreated {
+				v.Warn = ignoredConditionWarning
 			}
 			return v
 		},
-		fallback: credential.Strip(url),
+		Fallback: credential.Strip(url),
 	}}, nil
 }
 
@@ -105,7 +106,7 @@ type s3Driver struct {
 	creds    AWSCredentials
 }
 
-func (t S3) driver() (driver, error) {
+func (t S3) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("S3.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
@@ -116,18 +117,18 @@ func (t S3) driver() (driver, error) {
 	return s3Driver{endpoint: ep, creds: t.AWS}, nil
 }
 
-func (d s3Driver) name() string              { return targetName(protocol.S3, d.endpoint) }
-func (d s3Driver) stepTargets() []string     { return nil }
-func (d s3Driver) secretFingerprint() string { return "" }
+func (d s3Driver) Name() string              { return driver.TargetName(protocol.S3, d.endpoint) }
+func (d s3Driver) StepTargets() []string     { return nil }
+func (d s3Driver) SecretFingerprint() string { return "" }
 
-// guards covers the signature too: Authorization and every X-Amz- header
+// Guards covers the signature too: Authorization and every X-Amz- header
 // are the signer's.
-func (d s3Driver) guards(name string) bool {
+func (d s3Driver) Guards(name string) bool {
 	name = textproto.CanonicalMIMEHeaderKey(name)
 	return guardsConditional(name) || name == "Authorization" || strings.HasPrefix(name, "X-Amz-")
 }
 
-func (d s3Driver) wrapTransport(next http.RoundTripper) http.RoundTripper {
+func (d s3Driver) WrapTransport(next http.RoundTripper) http.RoundTripper {
 	return newSigningTransport(next, d.creds)
 }
 
@@ -142,9 +143,9 @@ func (d s3Driver) objectURL(name string) string {
 	return u
 }
 
-// steps is one PutObject of the payload, or for a dataset one per file and
+// Steps is one PutObject of the payload, or for a dataset one per file and
 // then the document, under {key}.json.
-func (d s3Driver) steps(k canonical.Keyed, dir string) ([]step, error) {
+func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 	var steps []step
 	name := k.Key
 	if dir != "" {
@@ -160,16 +161,16 @@ func (d s3Driver) steps(k canonical.Keyed, dir string) ([]step, error) {
 	url := d.objectURL(name)
 	sum := sha256.Sum256(k.Body)
 	return append(steps, step{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("If-None-Match", "*")
 			h.Set("Content-Type", "application/json")
 			h.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
-			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+			return request{Method: http.MethodPut, URL: url, Header: h, Body: k.Body}, nil
 		},
-		judge:    judgeS3,
-		fallback: credential.Strip(recordURL(d.endpoint, name)),
+		Judge:    judgeS3,
+		Fallback: credential.Strip(driver.RecordURL(d.endpoint, name)),
 	}), nil
 }
 
@@ -185,8 +186,8 @@ func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
 	url := d.objectURL(key + "/" + f.Path)
 	file := filepath.Join(dir, filepath.FromSlash(f.Path))
 	return step{
-		label: "file " + strconv.Quote(f.Path), arbitrated: true,
-		build: func([]string) (request, error) {
+		Label: "file " + strconv.Quote(f.Path), Arbitrated: true,
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("If-None-Match", "*")
 			h.Set("Content-Type", "application/octet-stream")
@@ -198,9 +199,9 @@ func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
 				}
 				return sizedFile{fh, f.Size}, nil
 			}
-			return request{method: http.MethodPut, url: url, header: h, open: open}, nil
+			return request{Method: http.MethodPut, URL: url, Header: h, Open: open}, nil
 		},
-		judge: judgeS3,
+		Judge: judgeS3,
 	}
 }
 
@@ -255,31 +256,31 @@ var s3StopCodes = map[string]bool{
 // judgeS3 judges an answer to a PutObject. S3 answers a successful
 // PutObject with 200, so a 200 confirms it and hints at nothing.
 func judgeS3(a answer) verdict {
-	if a.err != nil {
-		return verdict{class: classifyCommon(a)}
+	if a.Err != nil {
+		return verdict{Class: driver.Classify(a)}
 	}
-	switch s := a.status; {
+	switch s := a.Status; {
 	case s == http.StatusPreconditionFailed:
-		return verdict{class: classExists}
+		return verdict{Class: driver.Exists}
 	case s < 300:
-		return verdict{class: classifyCommon(a)}
+		return verdict{Class: driver.Classify(a)}
 	case s < 400:
 		// S3 redirects (PermanentRedirect, TemporaryRedirect) name another
 		// region or endpoint: the bucket URL is wrong.
-		_, problem := s3Problem(a.body)
-		return verdict{class: classStop, problem: problem}
+		_, problem := s3Problem(a.Body)
+		return verdict{Class: driver.Stop, Problem: problem}
 	}
-	code, problem := s3Problem(a.body)
-	v := verdict{class: classifyCommon(a), problem: problem}
+	code, problem := s3Problem(a.Body)
+	v := verdict{Class: driver.Classify(a), Problem: problem}
 	switch {
 	case code == "ConditionalRequestConflict" || code == "OperationAborted":
 		// A concurrent write of the same key is in progress; its outcome
 		// decides ours, so ask again.
-		v.class = classRetry
+		v.Class = driver.Retry
 	case code == "SlowDown" || code == "RequestTimeout":
-		v.class = classRetry
+		v.Class = driver.Retry
 	case s3StopCodes[code]:
-		v.class = classStop
+		v.Class = driver.Stop
 	}
 	return v
 }
@@ -303,23 +304,23 @@ func s3Problem(body []byte) (code, problem string) {
 
 type couchdbDriver struct{ endpoint string }
 
-func (t CouchDB) driver() (driver, error) {
+func (t CouchDB) Driver() (driver.Driver, error) {
 	ep, err := endpointOf("CouchDB.Endpoint", t.Endpoint)
 	return couchdbDriver{ep}, err
 }
 
-func (d couchdbDriver) name() string              { return targetName(protocol.CouchDB, d.endpoint) }
-func (d couchdbDriver) stepTargets() []string     { return nil }
-func (d couchdbDriver) secretFingerprint() string { return "" }
-func (d couchdbDriver) guards(name string) bool   { return guardsConditional(name) }
+func (d couchdbDriver) Name() string              { return driver.TargetName(protocol.CouchDB, d.endpoint) }
+func (d couchdbDriver) StepTargets() []string     { return nil }
+func (d couchdbDriver) SecretFingerprint() string { return "" }
+func (d couchdbDriver) Guards(name string) bool   { return guardsConditional(name) }
 
 // wantsFileMD5: a dataset's files are checked against the MD5 digests
 // CouchDB reports for attachments.
 func (d couchdbDriver) wantsFileMD5() bool { return true }
 
-// steps is one PUT of the document; for a dataset, the dataset document
+// Steps is one PUT of the document; for a dataset, the dataset document
 // with every file inline as an attachment (couchdb_attachments.go).
-func (d couchdbDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
+func (d couchdbDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 	if err := checkCouchDocument(k.Body); err != nil {
 		return nil, err
 	}
@@ -330,16 +331,16 @@ func (d couchdbDriver) steps(k canonical.Keyed, dir string) ([]step, error) {
 		}
 		return []step{s}, nil
 	}
-	url := recordURL(d.endpoint, k.Key)
+	url := driver.RecordURL(d.endpoint, k.Key)
 	return []step{{
-		target: d.name(), key: k.Key, primary: true, durable: true, arbitrated: true,
-		build: func([]string) (request, error) {
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: func([]string) (request, error) {
 			h := http.Header{}
 			h.Set("Content-Type", "application/json")
-			return request{method: http.MethodPut, url: url, header: h, body: k.Body}, nil
+			return request{Method: http.MethodPut, URL: url, Header: h, Body: k.Body}, nil
 		},
-		judge:    judgeCouchDB,
-		fallback: credential.Strip(url),
+		Judge:    judgeCouchDB,
+		Fallback: credential.Strip(url),
 	}}, nil
 }
 

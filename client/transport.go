@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/driver"
 )
 
 // defaultAttemptTimeout bounds one HTTP attempt when the caller gives no
@@ -27,7 +28,7 @@ const defaultAttemptTimeout = 30 * time.Second
 // The client's Timeout moves into the transport, where it starts once a
 // request has its slot and its turn at the rate: an attempt queued behind
 // others, or paced by a throttled server, has not begun.
-func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*http.Client, *backoff.AdaptiveLimiter) {
+func newHTTPClient(base *http.Client, d driver.Driver, rate float64, adaptive bool) (*http.Client, *backoff.AdaptiveLimiter) {
 	hc := copyOrDefault(base)
 	timeout := hc.Timeout
 	hc.Timeout = 0
@@ -35,18 +36,18 @@ func newHTTPClient(base *http.Client, d driver, rate float64, adaptive bool) (*h
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	if w, ok := d.(transportWrapper); ok {
-		rt = w.wrapTransport(rt)
+	if w, ok := d.(driver.TransportWrapper); ok {
+		rt = w.WrapTransport(rt)
 	}
-	if r, ok := d.(rateSetter); ok && rate == 0 {
-		rate = r.defaultRate()
+	if r, ok := d.(driver.RateSetter); ok && rate == 0 {
+		rate = r.DefaultRate()
 	}
 	t := &sharedTransport{next: rt, limiter: backoff.NewLimiter(max(rate, 0)), timeout: timeout}
 	if t.limiter != nil {
 		t.rate, t.waits = rate, newRateWaits()
 	}
-	if p, ok := d.(requestPacer); ok {
-		t.own = p.pacer()
+	if p, ok := d.(driver.RequestPacer); ok {
+		t.own = p.Pacer()
 	}
 	if adaptive {
 		t.pace = backoff.NewAdaptiveLimiter(max(rate, 0))
@@ -69,8 +70,8 @@ func copyOrDefault(base *http.Client) *http.Client {
 
 // sharedTransport is the transport every deposit of a client shares. It
 // first waits for the request's own rate where the target has one (see
-// requestPacer); in a batch it then takes one of the batch's request slots (requestSlots) for each
-// request; it waits for the rate limiter (nil: unlimited) before each
+// driver.RequestPacer); in a batch it then takes one of the batch's
+// request slots (requestSlots) for each request; it waits for the rate limiter (nil: unlimited) before each
 // request, then gives the attempt timeout (0: none) to send it and read
 // its answer; and it deliberately has no CloseIdleConnections:
 // go-retryablehttp closes its client's idle connections whenever it gives

@@ -134,7 +134,7 @@ func (answerAll) RoundTrip(req *http.Request) (*http.Response, error) {
 // second), is sent and answered rather than failing on a 1 s timeout.
 func TestASearchWaitsForItsRateHoldingNoSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := Invenio{Endpoint: "http://repo.example/api", SearchRate: 0.01}.driver()
+		d, err := Invenio{Endpoint: "http://repo.example/api", SearchRate: 0.01}.Driver()
 		require.NoError(t, err)
 		hc, _ := newHTTPClient(&http.Client{Transport: answerAll{}, Timeout: time.Second}, d, NoRateLimit, false)
 		slots := &requestSlots{ch: make(chan struct{}, 1), drain: make(chan struct{})}

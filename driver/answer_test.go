@@ -1,4 +1,4 @@
-package client
+package driver
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ func BenchmarkIdentifierFromAnswer(b *testing.B) {
 		for _, read := range []struct {
 			name string
 			f    func([]byte, []string) (string, bool)
-		}{{"parser", stringAtPointers}, {"decoded", decodedStringAtPointers}} {
+		}{{"parser", StringAt}, {"decoded", decodedStringAt}} {
 			b.Run(c.name+"/"+read.name, func(b *testing.B) {
 				b.SetBytes(int64(len(c.body)))
 				for b.Loop() {
@@ -54,7 +54,7 @@ func TestAnAnswerThePayloadParserRefusesIsStillRead(t *testing.T) {
 		`{"identifier":"big","n":1e400}`:             "big",
 		`{"identifier":"ok"}`:                        "ok",
 	} {
-		got, ok := stringAtPointers([]byte(body), []string{"/identifier"})
+		got, ok := StringAt([]byte(body), []string{"/identifier"})
 		require.True(t, ok, body)
 		require.Equal(t, want, got, body)
 	}

@@ -1,0 +1,101 @@
+// Package driver provides the contract between the deposit engine (package
+// client) and the targets it deposits to, as database/sql/driver stands
+// beside database/sql.
+//
+// A target is any value with a method Driver() (driver.Driver, error),
+// given to client.New as Config.Target. Its [Driver] turns each payload
+// into a list of [Step] values: what to send ([Step.Build]) and what an
+// answer means ([Step.Judge]). The engine decides when to send, wait,
+// retry, record and report; a driver never sends a request itself and
+// never calls back into the engine. This page is what a driver's author
+// must know of what the engine promises and expects.
+//
+// # Judging answers
+//
+// A Judge, and a [Check]'s Judge, must be a pure function of the [Answer]
+// alone: no state kept between calls, no body rewritten for a later
+// reader. [Classify] is the part of the protocol table every target
+// shares; a driver starts from it and overrides what its protocol means
+// otherwise.
+//
+// The classes split what may have happened from what did not:
+//
+//   - [Created] and [Exists]: the step took effect, by this request or an
+//     earlier one. A durable step's identifier is [Verdict.ID], else
+//     [Step.Fallback]; a Created with neither is treated as Ambiguous.
+//   - [Retry]: the request did not take effect (429, 503, an idempotency
+//     key still in flight): it is sent again as it is.
+//   - [Ambiguous]: it may have taken effect (500, 502, 504, a timeout, a
+//     connection lost after the request was written, an answer that is no
+//     confirmation). An arbitrated step is sent again as it is; any other
+//     step is looked for by its Check first.
+//   - [Conflict]: the step took effect only if its Check finds it (a 409
+//     that may be a missing parent as well as an existing record).
+//   - [Terminal]: refused for good; the failure is recorded and the
+//     deposit reported failed, never sent again unless the caller asks.
+//   - [Stop]: the answer concerns every item (credentials, endpoint,
+//     an unsupported method): the run stops.
+//   - [Canceled] is the engine's own (its context ended); a Judge does
+//     not return it.
+//
+// # When a step needs a Check
+//
+// A Check finds out whether a step took effect: a read-back of the
+// record, a search for a marker the payload carries. The engine runs it
+// after an [Ambiguous] answer to a step that is not arbitrated, before the
+// first request of such a step when the store shows an earlier attempt,
+// after an [Exists] that names no identifier, and after a [Conflict]. A
+// [Present] finding settles the step with [Finding.ID]; [Absent] lets the
+// engine send the request (after an ambiguous attempt, only once the check
+// has looked again [Check.Settle] later); [Foreign] is terminal; [Unknown]
+// is looked at again if its [Finding.Class] is retryable, else leaves the
+// deposit unresolved (or stops the run, for [Stop]).
+//
+// # What the flags promise
+//
+// [Step.Arbitrated] promises that the server itself refuses a second
+// effect of the same request (a conditional create, an Idempotency-Key):
+// the engine then retries an ambiguous answer without looking. Claim it
+// only when that is true of every retry, after a restart too.
+//
+// [Step.Durable] gives the step a store row: its intent is recorded
+// before its first request and it is done only on the server's
+// confirmation, so a re-run answers it from the store and a crash leaves
+// a row that says the request may have been sent. [Step.KeepBody] stores
+// the exact bytes first sent in the primary step's intent row, and every
+// later attempt, after a restart too, re-sends those bytes: use it where
+// the server compares a retried body with the first (an Idempotency-Key).
+//
+// # Rules for a list of steps
+//
+// The engine checks each deposit's steps before its first request and
+// stops the run (client.ErrStopRun) when they break a rule, since the
+// mistake is the driver's and the same for every item:
+//
+//   - at least one step, and exactly one [Step.Primary], which is durable;
+//   - every step has Build and Judge, and every step but the primary one a
+//     Label;
+//   - a durable step has a store row (Target and Key), and no two durable
+//     steps share one;
+//   - every step is durable or arbitrated (or both): with neither, nothing
+//     would record that it may have been sent, and the server would not
+//     refuse a second effect;
+//   - a durable step that is not arbitrated has a Check;
+//   - only the primary step keeps its body;
+//   - a step with a Recheck row has a Check and is not arbitrated;
+//   - a step that names the RecordID is durable.
+//
+// # Optional capabilities
+//
+// As with database/sql/driver, optional behaviour is an interface the
+// engine looks for on the Driver: [TransportWrapper] (a signer: wrapped
+// around the client's transport, beneath the engine's rate limit),
+// [RateSetter] (the default request rate when the caller sets none) and
+// [RequestPacer] (a rate of its own for some requests). The recovery of a
+// lost store by scanning the server for markers is not part of the
+// contract yet: it rests on the store's scan tables, so only the built-in
+// InvenioRDM target has it. A target outside package client that
+// arbitrates nothing is therefore reconciled per step, by its checks,
+// while its store holds the deposits' rows; a run on an empty store sends
+// afresh what an earlier, lost store had recorded.
+package driver

@@ -1,0 +1,189 @@
+package driver
+
+import (
+	"io"
+	"net/http"
+	"time"
+)
+
+// Step is one write of a deposit: what to send and what an answer means.
+// A deposit is a list of steps (create; upload file P; publish), which a
+// [Driver] returns for each payload. The engine guards every step the same
+// way, by the fields below, and checks the list before anything is sent
+// (see the package doc for its rules). A Step is read-only once returned.
+type Step struct {
+	// Label names the step in errors ("publish step"); "" for the write
+	// that creates the record itself.
+	Label string
+	// Target and Key are the store row that guards a durable step, both
+	// required: the primary step's is [Driver.Name] and the deposit key
+	// (canonical.Keyed.Key); another durable step's is a target of its
+	// own, one of [Driver.StepTargets], and the deposit key or a key
+	// derived from it (one per file of a dataset).
+	Target, Key string
+	// Primary marks the step whose outcome and identifier are the
+	// deposit's. Its row is the deposit's intent: it is recorded before the
+	// deposit's first request, whichever step sends it.
+	Primary bool
+	// Durable steps have a store row: intent before their first request,
+	// done once confirmed, answered from the store on a re-run. A step that
+	// is not durable (an S3 file object, written conditionally) is re-sent
+	// on a re-run unless a later durable step is done; its terminal answer
+	// is recorded as the deposit's failure.
+	Durable bool
+	// Arbitrated promises that the server itself refuses a second effect
+	// of the same request (a conditional create, an Idempotency-Key), so
+	// an ambiguous answer is retried as it is. Otherwise Check runs before
+	// the request is sent again, and before it is sent at all when the
+	// store shows an earlier attempt.
+	Arbitrated bool
+	// KeepBody keeps the exact bytes first sent in the intent row: every
+	// later attempt, after a restart too, re-sends those bytes, not a body
+	// built afresh. Only the primary step may keep its body.
+	KeepBody bool
+	// Retention, when set, is how long the server remembers a request
+	// (an idempotency key); resuming an uncertain step older than that is
+	// logged as a warning.
+	Retention time.Duration
+
+	// Build returns the request; prior holds the identifiers of the
+	// deposit's earlier steps, in order ("" for a step that has none). An
+	// error is the deposit's (the engine reports it as invalid).
+	Build func(prior []string) (Request, error)
+	// Judge classifies an answer to the request. It must be a pure
+	// function of the answer: it keeps no state between answers and does
+	// not rewrite the body for a later reader.
+	Judge func(Answer) Verdict
+	// Check, when set, finds out whether the step took effect: after an
+	// [Exists] answer without an identifier, a [Conflict], or, for a step
+	// that is not Arbitrated, an [Ambiguous] answer.
+	Check *Check
+	// Fallback is the identifier of a step whose answers name none (the
+	// record URL).
+	Fallback string
+
+	// Settled, when set, reports that earlier steps settled this one too
+	// (a file found committed needs no upload): it returns the step's
+	// identifier, and the step is confirmed without a request, as created:
+	// what settled it is this deposit's own work (a file committed on its
+	// own draft).
+	Settled func(prior []string) (string, bool)
+	// RecordID marks the step whose identifier is the deposit's record id
+	// beside the identifier its primary step minted (the client's
+	// Result.RecordID).
+	RecordID bool
+	// Recheck, when set, is the store target of a row noted when this step
+	// was created after its Check had found nothing following an ambiguous
+	// attempt: a search of an index that lags more than Check.Settle can
+	// miss, so a later run looks again.
+	Recheck string
+}
+
+// Request is one HTTP request a step or a check sends. The engine adds the
+// caller's headers (never over one the driver [Driver.Guards]), retries it
+// and reads its answer.
+type Request struct {
+	Method, URL string
+	Header      http.Header
+	// Body is sent as it is; Open, when set instead, streams a body afresh
+	// for every attempt (a file), Size bytes long.
+	Body []byte
+	Open func() (io.Reader, error)
+	Size int64
+	// Full says that more than the answer's class is read from it (an
+	// identifier, a record, a page of search hits): the engine reads its
+	// body up to 16 MiB and refuses a larger one; otherwise it reads
+	// 64 KiB, enough for a problem detail.
+	Full bool
+}
+
+// Answer is what came back for one request: a response, its body read
+// (see [Request.Full]), or a transport error.
+type Answer struct {
+	URL    string // of the request, for resolving Location
+	Status int
+	Header http.Header
+	Body   []byte
+	// Err is the transport error of an answer with no response (a
+	// timeout, a connection lost): Status is 0 then.
+	Err error
+	// AfterAmbiguous says that an earlier attempt of the same request
+	// was answered ambiguously, or not at all (a connection lost after
+	// the request was written, which net/http may retry by itself): that
+	// attempt may have taken effect, so an "exists" may be our own.
+	AfterAmbiguous bool
+}
+
+// Class is what an answer means for a step.
+type Class int
+
+const (
+	Created   Class = iota // the request took effect
+	Exists                 // the server says it had taken effect already
+	Conflict               // exists only if the step's Check finds it
+	Retry                  // it did not take effect (429, 503, in flight): retry
+	Ambiguous              // it may have taken effect (5xx, timeout, dropped)
+	Terminal               // refused for good: record the failure
+	Stop                   // concerns every item (credentials, endpoint): stop the run
+	Canceled               // our own context ended
+)
+
+// Retryable reports whether the engine retries an answer of class c.
+func (c Class) Retryable() bool { return c == Retry || c == Ambiguous }
+
+// Verdict is a step's judgement of one answer.
+type Verdict struct {
+	Class Class
+	// ID is the identifier the answer names, if any.
+	ID string
+	// Problem, when set, explains the answer better than the body's
+	// problem detail does (a WebDAV 409, an S3 error code).
+	Problem string
+	// Warn is logged once per client when set: something about the server
+	// the user should know (it may ignore If-None-Match).
+	Warn string
+	// InFlight, for a retryable answer, says the server is still working on
+	// this very request (an Idempotency-Key locked): retry after at least
+	// this long, within the step's time budget rather than its attempts.
+	InFlight time.Duration
+}
+
+// Check is how the engine finds out whether a step took effect: a read-back
+// of the record, a search for a marker. The engine sends its request
+// (retried like any other) and judges the answer. After an ambiguous
+// attempt, [Absent] is trusted only once the check has looked again Settle
+// later, for a server whose reads lag its writes.
+type Check struct {
+	Build func(prior []string) (Request, error)
+	// Judge must be a pure function of the answer, like [Step.Judge].
+	Judge func(Answer) Finding
+	// Settle is how long to wait before trusting [Absent] after an
+	// ambiguous attempt; 0 trusts the first look.
+	Settle time.Duration
+}
+
+// FindingKind is what a check found.
+type FindingKind int
+
+const (
+	Present FindingKind = iota // the step took effect: Finding.ID names it
+	Absent                     // it did not (or cannot be read: refused)
+	Foreign                    // something that is not ours holds the name: terminal
+	Unknown                    // no usable answer: retry, else leave unresolved
+)
+
+// Finding is a check's judgement of one answer.
+type Finding struct {
+	Kind FindingKind
+	// ID is the identifier of what was found, if the answer names one.
+	ID string
+	// Problem explains a foreign record or an unusable answer.
+	Problem string
+	// Warn is logged once per client when set (a read the server refuses).
+	Warn string
+	// Class is the class of an answer that settles nothing ([Unknown]),
+	// [Classify]'s as a rule: a retryable class looks again within the
+	// attempt limit, [Stop] stops the run, and any other, or the limit
+	// reached, leaves the deposit unresolved.
+	Class Class
+}
