@@ -357,7 +357,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 
-	var keyReused int // failed: 422 under idempotency-key
+	var keysReused int // failed: 422 under idempotency-key
+	keyReused := specOf(proto).keyReused
 	var shown recoveredShown
 	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
@@ -369,9 +370,9 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 				res.write(r)
 			}
 			prog.add(r)
-			reused := proto == protocol.IdempotencyKey && r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
+			reused := keyReused != nil && keyReused(r)
 			if reused {
-				keyReused++
+				keysReused++
 			}
 			logItem(prog, r, reused, &shown)
 		},
@@ -401,7 +402,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keyReused, stopped: stopped, recoveredShown: int(shown)}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, recoveredShown: int(shown)}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")

@@ -141,7 +141,7 @@ func groupTargets(counts []dedup.TargetCounts) []*targetGroup {
 		}
 		t := &targetJSON{countsJSON: countsJSON{Target: credential.Digest(c.Target)}, Step: step}
 		t.add(c.Target, c.Counts)
-		isDeposit := step == "" || (proto == protocol.Invenio && step == protocol.DraftStep && !primary[k])
+		isDeposit := step == "" || (step != "" && step == targetSpecs[proto].standInStep && !primary[k])
 		if isDeposit && g.deposit == nil {
 			t.Kind, g.deposit, g.name = "deposit", t, c.Target
 			continue

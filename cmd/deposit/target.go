@@ -51,6 +51,14 @@ type targetSpec struct {
 	// storesFiles: under --datasets the target stores the files' bytes, not
 	// only the dataset document that lists them.
 	storesFiles bool
+	// standInStep names the step whose rows are the deposits themselves in
+	// a store without the deposit's own rows (InvenioRDM's drafts, under
+	// --no-publish); deposit status counts them as deposits then.
+	standInStep string
+	// keyReused reports a failure that means the server holds this
+	// deposit's idempotency key with another body: --retry-failed cannot
+	// help it, and the run says so.
+	keyReused func(r client.ItemResult) bool
 	// hint says what an answer with this status means for this target, in
 	// terms of flags and environment variables; "" defers to the hints
 	// every target shares.
@@ -70,6 +78,9 @@ var targetSpecs = map[string]targetSpec{
 			return client.IdempotencyKey{Endpoint: f.endpoint, IDPointer: f.idPointer, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET"))}, nil
 		},
 		flags: []string{"id-pointer"},
+		keyReused: func(r client.ItemResult) bool {
+			return r.Outcome == client.OutcomeFailed && r.Status == http.StatusUnprocessableEntity
+		},
 		hint: func(status int) string {
 			if status == http.StatusNotImplemented {
 				return "the server has no idempotency store, and deposit never falls back to an unprotected POST; use --protocol put if the repository supports conditional PUT"
@@ -155,7 +166,7 @@ var targetSpecs = map[string]targetSpec{
 		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
 			return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
 		},
-		flags: []string{"no-publish", "settle", "search-rate"}, storesFiles: true,
+		flags: []string{"no-publish", "settle", "search-rate"}, storesFiles: true, standInStep: protocol.DraftStep,
 		authorize: func(endpoint string, header http.Header, getenv func(string) string) error {
 			auth := cmp.Or(header.Get("Authorization"), getenv("DEPOSIT_AUTHORIZATION"))
 			if auth == "" && !loopback(endpoint) {
