@@ -101,8 +101,7 @@ func (s *chaosShelf) create(w http.ResponseWriter, r *http.Request) {
 	if fault == "500" || fault == "503" {
 		s.counts.Refused++
 		s.mu.Unlock()
-		status, _ := strconv.Atoi(fault)
-		w.WriteHeader(status)
+		s.refuse(w, fault)
 		return
 	}
 	s.records = append(s.records, &shelfRecord{marker: rec.Marker, title: rec.Metadata.Title, created: time.Now()})
@@ -136,14 +135,24 @@ func (s *chaosShelf) publish(w http.ResponseWriter, r *http.Request) {
 		rec.refused++
 		s.counts.Refused++
 		s.mu.Unlock()
-		status, _ := strconv.Atoi(fault)
-		w.WriteHeader(status)
+		s.refuse(w, fault)
 		return
 	}
 	rec.published, rec.publishes = time.Now(), rec.publishes+1
 	killed := s.killDue(r, "publish", s.publishedLocked())
 	s.mu.Unlock()
 	s.answer(w, r, killed, fault, r.PathValue("id"))
+}
+
+// refuse answers a write refused before it took effect: 500, or 503
+// with Retry-After.
+func (s *chaosShelf) refuse(w http.ResponseWriter, fault string) {
+	if fault == "503" {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusInternalServerError)
 }
 
 // killDue kills the requesting worker's process when a kill of step is

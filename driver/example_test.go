@@ -39,10 +39,12 @@ func (s Shelf) Steps(k canonical.Keyed, _ string) ([]driver.Step, error) {
 	body, err := json.Marshal(map[string]any{"marker": k.Key, "metadata": json.RawMessage(k.Body)})
 	create := driver.Step{Primary: true, Durable: true, Target: s.Name(), Key: k.Key,
 		Build: s.request("POST", "/records", body), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found, Settle: s.Settle}}
+		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found,
+			Settle: s.Settle}}
 	publish := driver.Step{Label: "publish", Durable: true, Target: s.Name() + " publish", Key: k.Key,
 		Build: s.request("POST", "/records/{id}/publish", nil), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found, Settle: s.Settle}}
+		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found,
+			Settle: s.Settle}}
 	return []driver.Step{create, publish}, err
 }
 
