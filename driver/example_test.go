@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/client"
@@ -21,8 +22,12 @@ import (
 // Shelf is a target written outside package client, for a repository that
 // arbitrates nothing: POST /records creates a record carrying a marker,
 // POST /records/{id}/publish publishes it, GET /records?marker=M finds it
-// (published=1: once published).
-type Shelf struct{ Endpoint string }
+// (published=1: once published). Its search may lag its writes by up to
+// Settle.
+type Shelf struct {
+	Endpoint string
+	Settle   time.Duration
+}
 
 func (s Shelf) Driver() (driver.Driver, error) { return s, nil }
 func (s Shelf) Name() string                   { return driver.TargetName("shelf", s.Endpoint) }
@@ -34,10 +39,12 @@ func (s Shelf) Steps(k canonical.Keyed, _ string) ([]driver.Step, error) {
 	body, err := json.Marshal(map[string]any{"marker": k.Key, "metadata": json.RawMessage(k.Body)})
 	create := driver.Step{Primary: true, Durable: true, Target: s.Name(), Key: k.Key,
 		Build: s.request("POST", "/records", body), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found}}
+		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found,
+			Settle: s.Settle}}
 	publish := driver.Step{Label: "publish", Durable: true, Target: s.Name() + " publish", Key: k.Key,
 		Build: s.request("POST", "/records/{id}/publish", nil), Judge: judgeID,
-		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found}}
+		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found,
+			Settle: s.Settle}}
 	return []driver.Step{create, publish}, err
 }
 
