@@ -188,8 +188,86 @@ func (s *Summary) add(r ItemResult) {
 // in that case.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
 	start, lostBefore := time.Now(), c.LeasesLost()
+	b, err := c.newBatch(opts)
+	if err != nil {
+		return Summary{}, err
+	}
+
+	// Deposits run on a context that outlives ctx by the grace period, so an
+	// interrupted batch records what is in flight; drain stops retries.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	// Store calls waiting out an outage give up once ctx ends.
+	defer c.guard.watch(ctx)()
+	b.st = &batchStop{drain: make(chan struct{}), grace: b.grace, cancel: cancelWork}
+	// Requests in flight are bounded in the transport, so that waiting for a
+	// retry takes no slot.
+	slotted := context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, b.slots), drain: b.st.drain})
+	go func() {
+		select {
+		case <-ctx.Done():
+			b.st.stop(ctx.Err())
+		case <-work.Done():
+		}
+	}()
+
+	b.startWorkers(slotted)
+	queue := make(chan Item)
+	awg := b.startLookAhead(work, queue)
+	b.feed(items, queue)
+	close(queue)
+	// The input is all read: the rest of the batch gains little from a
+	// higher limit, and a throttle now would keep its last items waiting
+	// out a Retry-After after the others are done.
+	releasePace := c.pace.Hold()
+	defer releasePace()
+	awg.Wait()
+	close(b.jobs)
+	b.wg.Wait()
+	if b.outs != nil {
+		b.outs.wait()
+	}
+	b.sum.Elapsed = time.Since(start)
+	b.sum.LeasesLost = int(c.LeasesLost() - lostBefore)
+	c.leases.reportUnreleased()
+	return b.sum, b.st.err()
+}
+
+// batch is the state of one Run: its workers, and the results they
+// deliver.
+type batch struct {
+	c     *Client
+	opts  BatchOptions
+	slots int
+	// waiting is how many workers the batch may add for items waiting to
+	// retry; grace how long deposits in flight may run once it stops.
+	waiting int
+	grace   time.Duration
+	st      *batchStop
+	// strict: items run one after another, in input order.
+	strict bool
+	// outs records outcomes in groups (nil when strict, or when the store
+	// cannot); pre claims intents ahead (nil unless the store groups
+	// claims too).
+	outs *outcomes
+	pre  *claimsAhead
+
+	jobs      chan job
+	wg        sync.WaitGroup
+	itemCtx   context.Context // set before the first worker starts
+	spare     atomic.Int64    // workers the batch may still add for items waiting to retry
+	pipelined atomic.Bool     // the workers that overlap store writes with requests started
+
+	mu        sync.Mutex
+	sum       Summary
+	unsettled *unsettledLines
+}
+
+// newBatch checks opts and sets the batch's defaults: its slots, the items
+// that may wait, the grace period, and how its outcomes are recorded.
+func (c *Client) newBatch(opts BatchOptions) (*batch, error) {
 	if sh := opts.Shard; sh.Count > 1 && (sh.Index < 0 || sh.Index >= sh.Count) {
-		return Summary{}, fmt.Errorf("%w: shard %d of %d", ErrConfig, sh.Index, sh.Count)
+		return nil, fmt.Errorf("%w: shard %d of %d", ErrConfig, sh.Index, sh.Count)
 	}
 	slots := opts.Concurrency
 	if slots <= 0 {
@@ -210,173 +288,148 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	if grace <= 0 {
 		grace = 10 * time.Second
 	}
-
-	// Deposits run on a context that outlives ctx by the grace period, so an
-	// interrupted batch records what is in flight; drain stops retries.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	// Store calls waiting out an outage give up once ctx ends.
-	defer c.guard.watch(ctx)()
-	st := &batchStop{drain: make(chan struct{}), grace: grace, cancel: cancelWork}
-	// Requests in flight are bounded in the transport, so that waiting for a
-	// retry takes no slot.
-	slotted := context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, slots), drain: st.drain})
-	go func() {
-		select {
-		case <-ctx.Done():
-			st.stop(ctx.Err())
-		case <-work.Done():
-		}
-	}()
-
-	var (
-		mu  sync.Mutex
-		sum Summary
-	)
-	emit := func(r ItemResult) {
-		sum.add(r)
-		if opts.OnResult != nil {
-			opts.OnResult(r)
-		}
-	}
-	// An unresolved item is delivered at once; if its key settles later in
-	// the batch, it is delivered again, settled, as a follow-up.
-	unsettled := newUnsettledLines(maxUnsettledLines)
-	report := func(r ItemResult) {
-		mu.Lock()
-		defer mu.Unlock()
-		emit(r)
-		switch {
-		case r.Key == "" || r.Outcome == OutcomeInvalid || r.Outcome == OutcomeSkipped:
-		case r.Outcome == OutcomeUnresolved:
-			unsettled.add(r)
-		default:
-			for _, l := range unsettled.settle(r.Key) {
-				sum.retract(l)
-				emit(l.followUp(r))
-			}
-		}
-	}
-
-	queue := make(chan Item)
-	jobs := make(chan job)
-	var (
-		wg      sync.WaitGroup
-		itemCtx context.Context // set before the first worker starts
-	)
-	var (
-		spare     atomic.Int64 // workers the batch may still add for items waiting to retry
-		pipelined atomic.Bool  // the workers that overlap store writes with requests started
-		addWorker func()
-	)
 	// With one slot and no waiting, items run strictly one after another,
 	// in input order, each recorded before the next starts.
-	strict := slots == 1 && waiting == 0
+	b := &batch{c: c, opts: opts, slots: slots, waiting: waiting, grace: grace, jobs: make(chan job),
+		strict: slots == 1 && waiting == 0}
 	// Otherwise outcomes are recorded in groups, off the workers' path,
 	// where the store can (outcomes.go).
-	var outs *outcomes
-	if !strict {
-		outs = newOutcomes(c.store)
+	if !b.strict {
+		b.outs = newOutcomes(c.store)
 	}
 	// And where the store groups claims too, the look-ahead claims the
 	// intents of one-step deposits ahead, in groups (ahead.go).
-	var pre *claimsAhead
-	if c.claimsInGroups(outs) {
-		pre = newClaimsAhead(c, &pipelined)
+	if c.claimsInGroups(b.outs) {
+		b.pre = newClaimsAhead(c, &b.pipelined)
 	}
-	settle := func(r ItemResult) {
-		switch {
-		case errors.Is(r.Err, ErrStopRun):
-			st.stop(r.Err)
-		case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !c.answered.Load():
-			// No answer at all from the endpoint, even after every
-			// retry: going on would only repeat that for each item.
-			st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
-		}
-		report(r)
+	// An unresolved item is delivered at once; if its key settles later in
+	// the batch, it is delivered again, settled, as a follow-up.
+	b.unsettled = newUnsettledLines(maxUnsettledLines)
+	return b, nil
+}
+
+// emit adds r to the summary and hands it to the caller.
+func (b *batch) emit(r ItemResult) {
+	b.sum.add(r)
+	if b.opts.OnResult != nil {
+		b.opts.OnResult(r)
 	}
-	worker := func() {
-		defer wg.Done()
-		for j := range jobs {
-			r, end := c.runItem(itemCtx, j, opts.Shard, st.drain, outs, pre)
-			pre.forget(itemCtx, j.ahead)
-			if !strict && !pipelined.Load() && (end != nil || r.Err == nil && r.Requests > 0) && !pipelined.Swap(true) {
-				// The endpoint takes deposits: from now on more workers
-				// than slots record intents while others' requests are in
-				// flight.
-				for range pipelineWorkers * slots {
-					addWorker()
-				}
-			}
-			if end == nil {
-				settle(r)
-				continue
-			}
-			line := r.Line
-			end.after(func(e *ending) { settle(itemResult(line, e.res, e.err)) })
-			outs.hand(end)
+}
+
+// report delivers the result of an item, and the follow-ups of earlier
+// unresolved items of its key that it settles.
+func (b *batch) report(r ItemResult) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.emit(r)
+	switch {
+	case r.Key == "" || r.Outcome == OutcomeInvalid || r.Outcome == OutcomeSkipped:
+	case r.Outcome == OutcomeUnresolved:
+		b.unsettled.add(r)
+	default:
+		for _, l := range b.unsettled.settle(r.Key) {
+			b.sum.retract(l)
+			b.emit(l.followUp(r))
 		}
 	}
-	// The batch starts with one worker per slot, and adds one each time an
-	// item starts to wait for a retry, up to waiting more: a batch that never
-	// waits reads no further ahead than its slots (a run stopped by its first
-	// answer has little in flight), one that waits keeps its slots busy.
-	addWorker = func() {
-		wg.Add(1)
-		go worker()
+}
+
+// settle reports the result of a deposit, stopping the batch first when
+// the result says going on is pointless.
+func (b *batch) settle(r ItemResult) {
+	switch {
+	case errors.Is(r.Err, ErrStopRun):
+		b.st.stop(r.Err)
+	case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !b.c.answered.Load():
+		// No answer at all from the endpoint, even after every
+		// retry: going on would only repeat that for each item.
+		b.st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
 	}
-	spare.Store(int64(waiting))
-	itemCtx = context.WithValue(slotted, waitKey{}, func() {
-		if spare.Add(-1) >= 0 {
-			addWorker()
+	b.report(r)
+}
+
+// startWorkers starts one worker per slot, running deposits on slotted.
+//
+// The batch starts with one worker per slot, and adds one each time an
+// item starts to wait for a retry, up to waiting more: a batch that never
+// waits reads no further ahead than its slots (a run stopped by its first
+// answer has little in flight), one that waits keeps its slots busy.
+func (b *batch) startWorkers(slotted context.Context) {
+	b.spare.Store(int64(b.waiting))
+	b.itemCtx = context.WithValue(slotted, waitKey{}, func() {
+		if b.spare.Add(-1) >= 0 {
+			b.addWorker()
 		}
 	})
-	for range slots {
-		wg.Add(1)
-		go worker()
+	for range b.slots {
+		b.addWorker()
 	}
-	// The look-ahead (prefetch.go) computes keys on every core; a strict
-	// batch's only computes keys, in one goroutine.
+}
+
+func (b *batch) addWorker() {
+	b.wg.Add(1)
+	go b.worker()
+}
+
+// worker runs the batch's jobs until there are none, delivering each
+// result, once its outcome is recorded.
+func (b *batch) worker() {
+	defer b.wg.Done()
+	for j := range b.jobs {
+		r, end := b.c.runItem(b.itemCtx, j, b.opts.Shard, b.st.drain, b.outs, b.pre)
+		b.pre.forget(b.itemCtx, j.ahead)
+		if !b.strict && !b.pipelined.Load() && (end != nil || r.Err == nil && r.Requests > 0) && !b.pipelined.Swap(true) {
+			// The endpoint takes deposits: from now on more workers
+			// than slots record intents while others' requests are in
+			// flight.
+			for range pipelineWorkers * b.slots {
+				b.addWorker()
+			}
+		}
+		if end == nil {
+			b.settle(r)
+			continue
+		}
+		line := r.Line
+		end.after(func(e *ending) { b.settle(itemResult(line, e.res, e.err)) })
+		b.outs.hand(end)
+	}
+}
+
+// startLookAhead starts the look-ahead, which takes items from queue and
+// hands them to the workers as jobs.
+//
+// The look-ahead (prefetch.go) computes keys on every core; a strict
+// batch's only computes keys, in one goroutine.
+func (b *batch) startLookAhead(work context.Context, queue <-chan Item) *sync.WaitGroup {
 	ahead := runtime.GOMAXPROCS(0)
-	if strict {
+	if b.strict {
 		ahead = 1
 	}
-	var awg sync.WaitGroup
+	awg := &sync.WaitGroup{}
 	for range ahead {
-		a := &lookAhead{c: c, ctx: work, shard: opts.Shard, drain: st.drain, report: report, work: jobs, off: strict, ahead: pre}
+		a := &lookAhead{c: b.c, ctx: work, shard: b.opts.Shard, drain: b.st.drain, report: b.report, work: b.jobs, off: b.strict, ahead: b.pre}
 		awg.Go(func() { a.run(queue) })
 	}
+	return awg
+}
 
-feed:
+// feed reads items into queue until they end or the batch stops; an item
+// that could not be read is reported invalid.
+func (b *batch) feed(items iter.Seq[Item], queue chan<- Item) {
 	for it := range items {
 		if it.Err != nil {
-			report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, it.Err)})
+			b.report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, it.Err)})
 			continue
 		}
 		select {
 		case queue <- it:
-		case <-st.drain:
+		case <-b.st.drain:
 			// Stopping: this item was read but is not sent.
-			report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeUnresolved}, Err: ErrInterrupted})
-			break feed
+			b.report(ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeUnresolved}, Err: ErrInterrupted})
+			return
 		}
 	}
-	close(queue)
-	// The input is all read: the rest of the batch gains little from a
-	// higher limit, and a throttle now would keep its last items waiting
-	// out a Retry-After after the others are done.
-	releasePace := c.pace.Hold()
-	defer releasePace()
-	awg.Wait()
-	close(jobs)
-	wg.Wait()
-	if outs != nil {
-		outs.wait()
-	}
-	sum.Elapsed = time.Since(start)
-	sum.LeasesLost = int(c.LeasesLost() - lostBefore)
-	c.leases.reportUnreleased()
-	return sum, st.err()
 }
 
 // batchStop ends a batch once: it closes drain (no new request or retry) and

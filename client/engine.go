@@ -133,150 +133,229 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	// pending as a look-up would, and names the row's prior owner. (A
 	// deliberate retry of failures looks first, to clear them.)
 	claimFirst := c.claimsInGroups(outs) && claimsFirst(steps)
-	recs := make([]*dedup.Record, len(steps))
-	start, pi := 0, -1
+	p, err := r.lookUp(ctx, steps, claimFirst)
+	if err != nil {
+		return r.res, r.end, err
+	}
+	if done, err := r.answerFromStore(ctx, steps, p); done || err != nil {
+		return r.res, r.end, err
+	}
+
+	// The deposit's intent and its lease, claimed before its first request
+	// whichever step sends it, and held until the deposit ends.
+	ref := dedup.Ref{Target: r.primary.Target, Key: r.primary.Key}
+	got, done, err := r.claimIntent(ctx, k, ref, steps, p, pre)
+	if done || err != nil {
+		return r.res, r.end, err
+	}
+	ctx, drop := c.leases.hold(ctx, ref)
+	defer func() { err = r.ended(ctx, ref, drop, err) }()
+
+	primaryBody, err := r.resumeClaimed(got, p)
+	if err != nil {
+		return r.res, r.end, err
+	}
+	if err := r.runFrom(ctx, steps, p, primaryBody); err != nil {
+		return r.res, r.end, err
+	}
+	r.noteRecordID(steps, p.prior)
+	return r.res, r.end, nil
+}
+
+// resume is what the store holds of a deposit's steps, and where the
+// deposit resumes.
+type resume struct {
+	// claimFirst says that the primary step was not looked up: its claim
+	// answers for it.
+	claimFirst bool
+	// recs are the steps' rows found, nil where none was (or none was
+	// looked up); prior the identifiers of the steps settled so far.
+	recs  []*dedup.Record
+	prior []string
+	// start is the first unfinished step; pi the primary step's index.
+	start, pi int
+	// uncertain marks the steps whose row shows an earlier attempt.
+	uncertain []bool
+	// recoverable says that an uncertain step may have been sent by an
+	// earlier run or another process.
+	recoverable bool
+}
+
+// lookUp reads the rows of the durable steps (none when claimFirst) and
+// finds the first step not done, and the primary step.
+func (r *runDeposit) lookUp(ctx context.Context, steps []step, claimFirst bool) (*resume, error) {
+	p := &resume{claimFirst: claimFirst, recs: make([]*dedup.Record, len(steps)), pi: -1}
 	for i := range steps {
 		s := &steps[i]
 		if s.Primary {
-			pi, r.primary = i, s
+			p.pi, r.primary = i, s
 		}
 		if !s.Durable || claimFirst {
 			continue
 		}
-		rec, err := c.lookups.lookup(ctx, s.Target, s.Key)
+		rec, err := r.c.lookups.lookup(ctx, s.Target, s.Key)
 		switch {
 		case isNotFound(err):
 		case err != nil:
-			return r.res, r.end, c.storeError(err)
+			return nil, r.c.storeError(err)
 		default:
-			recs[i] = &rec
+			p.recs[i] = &rec
 			if rec.State == dedup.StateDone {
-				start = i + 1
+				p.start = i + 1
 			}
 		}
 	}
-	if pi < 0 {
-		return r.res, r.end, fmt.Errorf("%w: client: the target gave no primary step", ErrStopRun)
+	if p.pi < 0 {
+		return nil, fmt.Errorf("%w: client: the target gave no primary step", ErrStopRun)
 	}
-	prior := make([]string, len(steps))
-	for i := range start {
-		if recs[i] != nil {
-			prior[i] = recs[i].Identifier
+	p.prior = make([]string, len(steps))
+	for i := range p.start {
+		if p.recs[i] != nil {
+			p.prior[i] = p.recs[i].Identifier
 		}
 	}
-	if pi < start {
-		r.replay(*recs[pi])
+	return p, nil
+}
+
+// answerFromStore answers what the rows looked up settle before anything
+// is claimed: the steps done, a recorded failure, a key another process is
+// sending. It reports done when the deposit needs nothing more.
+func (r *runDeposit) answerFromStore(ctx context.Context, steps []step, p *resume) (bool, error) {
+	c, recs := r.c, p.recs
+	if p.pi < p.start {
+		r.replay(*recs[p.pi])
 	}
 	// A recorded failure is answered before anything is sent; with
 	// RetryFailed it is cleared for a deliberate retry.
-	for i := start; i < len(steps); i++ {
+	for i := p.start; i < len(steps); i++ {
 		rec := recs[i]
 		if rec == nil || rec.State != dedup.StateFailed {
 			continue
 		}
 		if !c.retryFailed {
-			return r.res, r.end, stepError(steps[i].Label, r.recordedFailure(&steps[i], prior[:i], *rec))
+			return false, stepError(steps[i].Label, r.recordedFailure(&steps[i], p.prior[:i], *rec))
 		}
 		if err := c.store.ResetFailed(ctx, rec.Target, rec.Key); err != nil {
-			return r.res, r.end, c.storeError(err)
+			return false, c.storeError(err)
 		}
 		recs[i] = nil
 	}
 	// An uncertain step is recovered when this process did not claim the
 	// key last: an earlier run or another process may have sent it.
-	recoverable := false
-	for i := start; i < len(steps); i++ {
+	for i := p.start; i < len(steps); i++ {
 		if rec := recs[i]; rec != nil && rec.State == dedup.StatePending {
-			if recs[pi] == nil || recs[pi].LeaseOwner != c.leases.lease.Owner {
-				recoverable = true
+			if recs[p.pi] == nil || recs[p.pi].LeaseOwner != c.leases.lease.Owner {
+				p.recoverable = true
 			}
 			r.warnPastRetention(&steps[i], *rec)
 		}
 	}
-	if start == len(steps) {
-		r.noteRecordID(steps, prior)
-		return r.res, r.end, nil
+	if p.start == len(steps) {
+		r.noteRecordID(steps, p.prior)
+		return true, nil
 	}
 	// A key another process is sending is parked without a write. The
 	// store decides at the claim, by its own clock; a lease that by this
 	// machine's clock is far from its end need not be put to it, unless
 	// the store proves its owner dead.
-	if p := recs[pi]; p != nil && p.LeaseOwner != c.leases.lease.Owner && time.Until(p.LeaseExpires) > c.leases.lease.TTL/2 && !c.ownerGone(p.LeaseOwner) {
-		return r.res, r.end, errLeasedElsewhere{rec: *p}
+	if q := recs[p.pi]; q != nil && q.LeaseOwner != c.leases.lease.Owner && time.Until(q.LeaseExpires) > c.leases.lease.TTL/2 && !c.ownerGone(q.LeaseOwner) {
+		return false, errLeasedElsewhere{rec: *q}
 	}
+	return false, nil
+}
 
-	// The deposit's intent and its lease, claimed before its first request
-	// whichever step sends it, and held until the deposit ends.
+// claimIntent claims the deposit's intent and its lease (ref), or takes the
+// claim its batch made ahead. It reports done when the claim answered the
+// deposit (settled by another process), and returns errLeasedElsewhere for
+// a lease another process holds.
+func (r *runDeposit) claimIntent(ctx context.Context, k canonical.Keyed, ref dedup.Ref, steps []step, p *resume, pre ahead) (dedup.Claimed, bool, error) {
 	var body []byte
 	if r.primary.KeepBody {
 		body = k.Body
 	}
-	ref := dedup.Ref{Target: r.primary.Target, Key: r.primary.Key}
 	// The claim is the intent of the primary step too: a resumed deposit
 	// may send that step next. One the server does not arbitrate must not
 	// be lost to a power cut, or the next run would send it without
 	// looking first.
-	got, err := c.claim(ctx, ref, body, pre, !r.primary.Arbitrated)
+	got, err := r.c.claim(ctx, ref, body, pre, !r.primary.Arbitrated)
 	claimed := got.Record
 	switch {
-	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateDone:
+	case errors.Is(err, dedup.ErrLeased) && p.claimFirst && claimed.State == dedup.StateDone:
 		// Settled by another process, whose lease the row still carries:
 		// answered as a look-up would have, without waiting it out.
 		r.replay(claimed)
 		r.noteRecordID(steps, []string{claimed.Identifier})
-		return r.res, r.end, nil
-	case errors.Is(err, dedup.ErrLeased) && claimFirst && claimed.State == dedup.StateFailed:
-		return r.res, r.end, r.recordedFailure(r.primary, nil, claimed)
+		return got, true, nil
+	case errors.Is(err, dedup.ErrLeased) && p.claimFirst && claimed.State == dedup.StateFailed:
+		return got, false, r.recordedFailure(r.primary, nil, claimed)
 	case errors.Is(err, dedup.ErrLeased):
-		return r.res, r.end, errLeasedElsewhere{rec: claimed}
+		return got, false, errLeasedElsewhere{rec: claimed}
 	}
 	if err != nil {
-		return r.res, r.end, c.storeError(err)
+		return got, false, r.c.storeError(err)
 	}
-	ctx, drop := c.leases.hold(ctx, ref)
-	defer func() {
-		err = leaseError(ctx, err)
-		// The lease is kept until the last outcome is recorded. It
-		// leaves the renewal set before its release: a renewal that
-		// found it released would count it lost.
-		end := func(err error) {
-			drop()
-			if err != nil {
-				r.release(ctx, ref)
-			}
-		}
-		if e := r.end; e != nil {
-			e.res, e.err = r.res, err
-			e.after(func(e *ending) { end(e.err) })
-			return
-		}
-		end(err)
-	}()
+	return got, false, nil
+}
 
-	var primaryBody []byte
-	uncertain := make([]bool, len(steps))
+// ended ends a deposit whose lease (ref) is held, once its last outcome is
+// recorded, and returns err, naming a lease lost.
+func (r *runDeposit) ended(ctx context.Context, ref dedup.Ref, drop func(), err error) error {
+	err = leaseError(ctx, err)
+	// The lease is kept until the last outcome is recorded. It
+	// leaves the renewal set before its release: a renewal that
+	// found it released would count it lost.
+	end := func(err error) {
+		drop()
+		if err != nil {
+			r.release(ctx, ref)
+		}
+	}
+	if e := r.end; e != nil {
+		e.res, e.err = r.res, err
+		e.after(func(e *ending) { end(e.err) })
+		return err
+	}
+	end(err)
+	return err
+}
+
+// resumeClaimed takes what the claim found of the primary step: settled or
+// failed by another process meanwhile, or pending from an earlier attempt
+// (whose body is returned, to be re-sent byte for byte).
+func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error) {
+	claimed, pi := got.Record, p.pi
+	p.uncertain = make([]bool, len(p.recs))
 	switch {
 	case claimed.State == dedup.StateDone && !r.primaryDone: // another process settled it meanwhile
 		r.replay(claimed)
-		prior[pi], start = claimed.Identifier, pi+1
+		p.prior[pi], p.start = claimed.Identifier, pi+1
 	case claimed.State == dedup.StateFailed && !r.primaryDone:
-		return r.res, r.end, r.recordedFailure(r.primary, prior[:pi], claimed)
+		return nil, r.recordedFailure(r.primary, p.prior[:pi], claimed)
 	default:
+		var primaryBody []byte
 		if claimed.State == dedup.StatePending {
 			primaryBody = claimed.Body
-			uncertain[pi] = claimed.Attempts > 1
+			p.uncertain[pi] = claimed.Attempts > 1
 		}
 		// A row the look-up did not find (or that was not looked up) but
 		// the claim found attempted by another owner was begun by another
 		// process, or an earlier run.
-		begunElsewhere := recs[pi] == nil && uncertain[pi] && got.PriorOwner != c.leases.lease.Owner
-		r.res.Recovered = recoverable || begunElsewhere
-		if claimFirst && uncertain[pi] {
+		begunElsewhere := p.recs[pi] == nil && p.uncertain[pi] && got.PriorOwner != r.c.leases.lease.Owner
+		r.res.Recovered = p.recoverable || begunElsewhere
+		if p.claimFirst && p.uncertain[pi] {
 			r.warnPastRetention(r.primary, claimed)
 		}
+		return primaryBody, nil
 	}
+	return nil, nil
+}
 
-	for i := start; i < len(steps); i++ {
+// runFrom runs the steps from the first unfinished one, in order, each
+// once the earlier ones are confirmed. primaryBody is the body the primary
+// step's intent kept.
+func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume, primaryBody []byte) error {
+	prior, uncertain := p.prior, p.uncertain
+	for i := p.start; i < len(steps); i++ {
 		s := &steps[i]
 		var body []byte
 		switch {
@@ -285,32 +364,32 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		case s.Durable:
 			rec, err := r.begin(ctx, s, nil)
 			if err != nil {
-				return r.res, r.end, err
+				return err
 			}
 			switch rec.State {
 			case dedup.StateDone:
 				prior[i] = rec.Identifier
 				continue
 			case dedup.StateFailed:
-				return r.res, r.end, stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
+				return stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
 			}
 			body, uncertain[i] = rec.Body, rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			// Settled by this deposit's own earlier steps (step.settled).
+			var err error
 			if prior[i], err = r.confirm(ctx, s, OutcomeCreated, id, 0); err != nil {
-				return r.res, r.end, stepError(s.Label, err)
+				return stepError(s.Label, err)
 			}
 			continue
 		}
-		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || recs[i] != nil)
+		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || p.recs[i] != nil)
 		if err != nil {
-			return r.res, r.end, stepError(s.Label, err)
+			return stepError(s.Label, err)
 		}
 		prior[i] = id
 	}
-	r.noteRecordID(steps, prior)
-	return r.res, r.end, nil
+	return nil
 }
 
 // warnPastRetention warns when the uncertain row rec of step s is older
@@ -399,29 +478,20 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 
 	// A step the server does not arbitrate is never sent again before its
 	// check has looked for the effect of an earlier attempt.
-	reconciles := !s.Arbitrated && s.Check != nil
-	missed := false   // a check found nothing after an ambiguous attempt
-	mine := uncertain // an attempt of this deposit may have taken effect
-	if uncertain && reconciles {
-		f, err := x.runCheck(ctx, s.Check, prior, true)
-		if err != nil {
-			return "", r.checkFailed(ctx, s, err)
-		}
-		missed = f.Kind == driver.Absent
-		switch f.Kind {
-		case driver.Present:
-			return r.confirm(ctx, s, exists(mine), cmp.Or(f.ID, s.Fallback), 0)
-		case driver.Foreign:
-			return "", r.fail(ctx, s, f.herr)
+	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req,
+		reconciles: !s.Arbitrated && s.Check != nil, mine: uncertain}
+	if uncertain && g.reconciles {
+		if id, done, err := g.checkBeforeResend(ctx); done {
+			return id, err
 		}
 	}
 	for {
 		var v verdict
-		a, cls, err := x.do(ctx, req, !reconciles, func(a answer) verdict { v = s.Judge(a); return v })
+		a, cls, err := x.do(ctx, req, !g.reconciles, func(a answer) verdict { v = s.Judge(a); return v })
 		if err != nil {
 			return "", err
 		}
-		mine = mine || a.AfterAmbiguous
+		g.mine = g.mine || a.AfterAmbiguous
 		if v.Warn != "" {
 			c.warnOnce(v.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
@@ -433,86 +503,150 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		}
 		switch cls {
 		case driver.Created:
-			// The note to search again is durable before the confirmation:
-			// a crash between the two would otherwise leave a duplicate the
-			// index hid unreported for good.
-			if missed {
-				if err := r.noteMissed(ctx, s); err != nil {
-					return "", err
-				}
-			}
-			return r.confirm(ctx, s, OutcomeCreated, cmp.Or(v.ID, s.Fallback), a.Status)
-
+			return g.created(ctx, a, v)
 		case driver.Exists:
-			if v.ID != "" || s.Check == nil {
-				return r.confirm(ctx, s, exists(mine), cmp.Or(v.ID, s.Fallback), a.Status)
-			}
-			f, err := x.runCheck(ctx, s.Check, prior, false)
-			if err != nil {
-				return "", r.checkFailed(ctx, s, err)
-			}
-			if f.Kind == driver.Foreign {
-				return "", r.fail(ctx, s, f.herr)
-			}
-			// A record the server says exists but will not show is still
-			// there: its identifier is the fallback.
-			return r.confirm(ctx, s, exists(mine), cmp.Or(f.ID, s.Fallback), a.Status)
+			return g.existing(ctx, a, v)
 		}
-		// Not a success: the answer, as an error.
-		herr := answerError(req.Method, a, v.Problem)
-		var last error = herr
-		if a.Err != nil {
-			last = fmt.Errorf("%s %s: %w", req.Method, redactURL(req.URL), scrub(a.Err))
-		}
-		switch cls {
-		case driver.Conflict, driver.Ambiguous:
-			// A conflict is "exists" only once the check finds it; an
-			// ambiguous answer to a step the server does not arbitrate is
-			// looked for before the request is sent again. (Arbitrated
-			// ambiguous answers were retried by the exchange.)
-			if cls == driver.Ambiguous && !reconciles {
-				return "", x.unresolved(last)
-			}
-			f := checked{finding: finding{Kind: driver.Absent}}
-			if s.Check != nil {
-				if f, err = x.runCheck(ctx, s.Check, prior, cls == driver.Ambiguous); err != nil {
-					return "", r.checkFailed(ctx, s, err)
-				}
-			}
-			switch f.Kind {
-			case driver.Present:
-				// After an ambiguous answer, our own request took effect.
-				return r.confirm(ctx, s, exists(mine || cls == driver.Ambiguous), cmp.Or(f.ID, s.Fallback), a.Status)
-			case driver.Foreign:
-				return "", r.fail(ctx, s, f.herr)
-			}
-			missed = missed || (cls == driver.Ambiguous && f.Kind == driver.Absent)
-			// Not found yet, but it may still show (an index that lags).
-			mine = mine || cls == driver.Ambiguous
-			if cls == driver.Conflict {
-				herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
-			}
-			wait, stop := x.mayRetry(ctx, a, 0)
-			if stop != nil {
-				return "", x.unresolved(last)
-			}
-			if err := x.sleep(ctx, wait); err != nil {
-				return "", fmt.Errorf("%w: %w", ErrInterrupted, err)
-			}
-
-		case driver.Terminal:
-			return "", r.fail(ctx, s, herr)
-
-		case driver.Stop:
-			return "", fmt.Errorf("%w: %w", ErrStopRun, herr)
-
-		case driver.Canceled:
-			return "", fmt.Errorf("%w: %w", ErrInterrupted, herr)
-
-		default: // retryable, but retrying stopped
-			return "", x.unresolved(last)
+		if id, done, err := g.refused(ctx, a, cls, v); done {
+			return id, err
 		}
 	}
+}
+
+// stepSend is the state of one guarded step across its attempts.
+type stepSend struct {
+	r     *runDeposit
+	x     *exchange
+	s     *step
+	prior []string
+	req   request
+	// reconciles says that the step's check looks for the effect of an
+	// attempt before it is sent again: the server does not arbitrate it.
+	reconciles bool
+	missed     bool // a check found nothing after an ambiguous attempt
+	mine       bool // an attempt of this deposit may have taken effect
+}
+
+// checkBeforeResend looks for the effect of an earlier attempt before the
+// step is sent again. It reports done when the check settled the step.
+func (g *stepSend) checkBeforeResend(ctx context.Context) (string, bool, error) {
+	r, s := g.r, g.s
+	f, err := g.x.runCheck(ctx, s.Check, g.prior, true)
+	if err != nil {
+		return "", true, r.checkFailed(ctx, s, err)
+	}
+	g.missed = f.Kind == driver.Absent
+	switch f.Kind {
+	case driver.Present:
+		id, err := r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), 0)
+		return id, true, err
+	case driver.Foreign:
+		return "", true, r.fail(ctx, s, f.herr)
+	}
+	return "", false, nil
+}
+
+// created settles the step the server created, by answer a judged v.
+func (g *stepSend) created(ctx context.Context, a answer, v verdict) (string, error) {
+	// The note to search again is durable before the confirmation:
+	// a crash between the two would otherwise leave a duplicate the
+	// index hid unreported for good.
+	if g.missed {
+		if err := g.r.noteMissed(ctx, g.s); err != nil {
+			return "", err
+		}
+	}
+	return g.r.confirm(ctx, g.s, OutcomeCreated, cmp.Or(v.ID, g.s.Fallback), a.Status)
+}
+
+// existing settles the step the server says exists, by answer a judged v:
+// the check finds its identifier when the answer does not name it.
+func (g *stepSend) existing(ctx context.Context, a answer, v verdict) (string, error) {
+	r, s := g.r, g.s
+	if v.ID != "" || s.Check == nil {
+		return r.confirm(ctx, s, exists(g.mine), cmp.Or(v.ID, s.Fallback), a.Status)
+	}
+	f, err := g.x.runCheck(ctx, s.Check, g.prior, false)
+	if err != nil {
+		return "", r.checkFailed(ctx, s, err)
+	}
+	if f.Kind == driver.Foreign {
+		return "", r.fail(ctx, s, f.herr)
+	}
+	// A record the server says exists but will not show is still
+	// there: its identifier is the fallback.
+	return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), a.Status)
+}
+
+// refused settles what an answer a of class cls, other than a success,
+// can: it reports done unless the step is to be sent again.
+func (g *stepSend) refused(ctx context.Context, a answer, cls class, v verdict) (string, bool, error) {
+	r, s, x, req := g.r, g.s, g.x, g.req
+	// Not a success: the answer, as an error.
+	herr := answerError(req.Method, a, v.Problem)
+	var last error = herr
+	if a.Err != nil {
+		last = fmt.Errorf("%s %s: %w", req.Method, redactURL(req.URL), scrub(a.Err))
+	}
+	switch cls {
+	case driver.Conflict, driver.Ambiguous:
+		return g.unsettled(ctx, a, cls, herr, last)
+
+	case driver.Terminal:
+		return "", true, r.fail(ctx, s, herr)
+
+	case driver.Stop:
+		return "", true, fmt.Errorf("%w: %w", ErrStopRun, herr)
+
+	case driver.Canceled:
+		return "", true, fmt.Errorf("%w: %w", ErrInterrupted, herr)
+
+	default: // retryable, but retrying stopped
+		return "", true, x.unresolved(last)
+	}
+}
+
+// unsettled handles a conflict or an ambiguous answer a (herr, last as
+// errors): the check may find the step; if not, it reports not done once
+// the exchange waited to send it again.
+func (g *stepSend) unsettled(ctx context.Context, a answer, cls class, herr *HTTPError, last error) (string, bool, error) {
+	r, s, x := g.r, g.s, g.x
+	// A conflict is "exists" only once the check finds it; an
+	// ambiguous answer to a step the server does not arbitrate is
+	// looked for before the request is sent again. (Arbitrated
+	// ambiguous answers were retried by the exchange.)
+	if cls == driver.Ambiguous && !g.reconciles {
+		return "", true, x.unresolved(last)
+	}
+	f := checked{finding: finding{Kind: driver.Absent}}
+	if s.Check != nil {
+		var err error
+		if f, err = x.runCheck(ctx, s.Check, g.prior, cls == driver.Ambiguous); err != nil {
+			return "", true, r.checkFailed(ctx, s, err)
+		}
+	}
+	switch f.Kind {
+	case driver.Present:
+		// After an ambiguous answer, our own request took effect.
+		id, err := r.confirm(ctx, s, exists(g.mine || cls == driver.Ambiguous), cmp.Or(f.ID, s.Fallback), a.Status)
+		return id, true, err
+	case driver.Foreign:
+		return "", true, r.fail(ctx, s, f.herr)
+	}
+	g.missed = g.missed || (cls == driver.Ambiguous && f.Kind == driver.Absent)
+	// Not found yet, but it may still show (an index that lags).
+	g.mine = g.mine || cls == driver.Ambiguous
+	if cls == driver.Conflict {
+		herr.Problem = "409 Conflict but no record found on read-back: " + herr.Problem
+	}
+	wait, stop := x.mayRetry(ctx, a, 0)
+	if stop != nil {
+		return "", true, x.unresolved(last)
+	}
+	if err := x.sleep(ctx, wait); err != nil {
+		return "", true, fmt.Errorf("%w: %w", ErrInterrupted, err)
+	}
+	return "", false, nil
 }
 
 // exists is the outcome of a step found to exist: created when mine (an

@@ -66,86 +66,12 @@ func (c *Client) newExchange(key string, drain <-chan struct{}) *exchange {
 // another), so the caller can tell an "exists" that may answer its own
 // earlier attempt from one that cannot.
 func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, judge func(answer) verdict) (answer, class, error) {
-	var (
-		last     answer
-		cls      class
-		v        verdict
-		tooLarge error
-		// ambiguous: an attempt so far may have taken effect unanswered.
-		ambiguous bool
-		// unanswered says that a request was written and got no answer
-		// before another connection was taken for req: an attempt cut
-		// off, whichever retried it.
-		unanswered        atomic.Bool
-		written, answered atomic.Int32
-	)
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) {
-			if written.Load() > answered.Load() {
-				unanswered.Store(true)
-			}
-		},
-		WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil {
-				written.Add(1)
-			}
-		},
-		GotFirstResponseByte: func() { answered.Add(1) },
-	})
-	checkRetry := func(ctx context.Context, resp *http.Response, err error) (bool, error) {
-		ambiguous = ambiguous || unanswered.Load()
-		last = answer{URL: req.URL, Err: err, AfterAmbiguous: ambiguous}
-		if resp != nil {
-			last.Status, last.Header = resp.StatusCode, resp.Header
-			last.Body, tooLarge = readAnswer(resp, req.Full)
-			resp.Body = http.NoBody // read once, here; the engine keeps the bytes
-			x.c.answered.Store(true)
-		}
-		if tooLarge != nil {
-			// Nothing can be read from it, and asking again would get the
-			// same: the run stops. The request may have taken effect.
-			x.effect = true
-			x.requestDone(last, req.Method)
-			return false, nil
-		}
-		if err != nil && ctx.Err() != nil {
-			cls, v = driver.Canceled, verdict{}
-		} else {
-			v = judge(last)
-			cls = v.Class
-		}
-		if !madeNoChange(last, cls) {
-			x.effect = true
-			ambiguous = ambiguous || cls == driver.Ambiguous
-		}
-		if last.Err == nil {
-			x.c.pace.Observe(throttled(last, cls))
-		}
-		if neverSent(err) {
-			x.requests-- // counted as it was queued; it never left
-		} else {
-			x.requestDone(last, req.Method)
-		}
-		if cls == driver.Created || cls == driver.Exists {
-			x.settled()
-		}
-		if !cls.Retryable() || (cls == driver.Ambiguous && !retryAmbiguous) {
-			return false, nil
-		}
-		wait, stop := x.mayRetry(ctx, last, v.InFlight)
-		if stop != nil {
-			return false, nil
-		}
-		if err := x.sleep(ctx, wait); err != nil {
-			x.stopped = ErrInterrupted
-			return false, nil
-		}
-		return true, nil
-	}
+	t := &attempts{x: x, req: req, retryAmbiguous: retryAmbiguous, judge: judge}
+	ctx = t.traced(ctx)
 	rc := &retryablehttp.Client{
 		HTTPClient:   x.c.http,
 		RetryMax:     math.MaxInt32, // checkRetry decides
-		CheckRetry:   checkRetry,
+		CheckRetry:   t.checkRetry,
 		Backoff:      func(_, _ time.Duration, _ int, _ *http.Response) time.Duration { return 0 },
 		ErrorHandler: retryablehttp.PassthroughErrorHandler,
 		RequestLogHook: func(_ retryablehttp.Logger, _ *http.Request, _ int) {
@@ -155,17 +81,117 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 	}
 	hreq, err := retryablehttp.NewRequestWithContext(ctx, req.Method, req.URL, requestBody(req))
 	if err != nil {
-		return last, cls, fmt.Errorf("%w: %w", ErrStopRun, err)
+		return t.last, t.cls, fmt.Errorf("%w: %w", ErrStopRun, err)
 	}
 	hreq.Header = req.Header
 	resp, err := rc.Do(hreq)
 	if resp != nil {
 		resp.Body.Close()
 	}
-	if tooLarge != nil {
-		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), tooLarge)
+	return t.ended(ctx, resp != nil && err == nil, err)
+}
+
+// attempts is the state of one do: the answers to req so far, as
+// go-retryablehttp's CheckRetry (checkRetry) sees them one by one.
+type attempts struct {
+	x              *exchange
+	req            request
+	retryAmbiguous bool
+	judge          func(answer) verdict
+
+	last     answer
+	cls      class
+	v        verdict
+	tooLarge error
+	// ambiguous: an attempt so far may have taken effect unanswered.
+	ambiguous bool
+	// unanswered says that a request was written and got no answer
+	// before another connection was taken for req: an attempt cut
+	// off, whichever retried it.
+	unanswered        atomic.Bool
+	written, answered atomic.Int32
+}
+
+// traced returns ctx with the trace that counts requests written and
+// answered, to tell when a connection is taken while one went unanswered.
+func (t *attempts) traced(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			if t.written.Load() > t.answered.Load() {
+				t.unanswered.Store(true)
+			}
+		},
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				t.written.Add(1)
+			}
+		},
+		GotFirstResponseByte: func() { t.answered.Add(1) },
+	})
+}
+
+// checkRetry reads and judges one answer (resp or err) and says whether
+// req is sent again, after the exchange's own wait.
+func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	x, req := t.x, t.req
+	t.ambiguous = t.ambiguous || t.unanswered.Load()
+	t.last = answer{URL: req.URL, Err: err, AfterAmbiguous: t.ambiguous}
+	if resp != nil {
+		t.last.Status, t.last.Header = resp.StatusCode, resp.Header
+		t.last.Body, t.tooLarge = readAnswer(resp, req.Full)
+		resp.Body = http.NoBody // read once, here; the engine keeps the bytes
+		x.c.answered.Store(true)
 	}
-	if resp != nil && err == nil {
+	if t.tooLarge != nil {
+		// Nothing can be read from it, and asking again would get the
+		// same: the run stops. The request may have taken effect.
+		x.effect = true
+		x.requestDone(t.last, req.Method)
+		return false, nil
+	}
+	if err != nil && ctx.Err() != nil {
+		t.cls, t.v = driver.Canceled, verdict{}
+	} else {
+		t.v = t.judge(t.last)
+		t.cls = t.v.Class
+	}
+	if !madeNoChange(t.last, t.cls) {
+		x.effect = true
+		t.ambiguous = t.ambiguous || t.cls == driver.Ambiguous
+	}
+	if t.last.Err == nil {
+		x.c.pace.Observe(throttled(t.last, t.cls))
+	}
+	if neverSent(err) {
+		x.requests-- // counted as it was queued; it never left
+	} else {
+		x.requestDone(t.last, req.Method)
+	}
+	if t.cls == driver.Created || t.cls == driver.Exists {
+		x.settled()
+	}
+	if !t.cls.Retryable() || (t.cls == driver.Ambiguous && !t.retryAmbiguous) {
+		return false, nil
+	}
+	wait, stop := x.mayRetry(ctx, t.last, t.v.InFlight)
+	if stop != nil {
+		return false, nil
+	}
+	if err := x.sleep(ctx, wait); err != nil {
+		x.stopped = ErrInterrupted
+		return false, nil
+	}
+	return true, nil
+}
+
+// ended is do's result once go-retryablehttp returned: answered says it
+// returned an answer, err is its error otherwise.
+func (t *attempts) ended(ctx context.Context, answered bool, err error) (answer, class, error) {
+	x, req, last, cls := t.x, t.req, t.last, t.cls
+	if t.tooLarge != nil {
+		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), t.tooLarge)
+	}
+	if answered {
 		return last, cls, nil
 	}
 	if cls == driver.Terminal {
@@ -174,7 +200,7 @@ func (x *exchange) do(ctx context.Context, req request, retryAmbiguous bool, jud
 		// hashed), which no retry would send otherwise.
 		return last, cls, nil
 	}
-	if cls == driver.Ambiguous && !retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
+	if cls == driver.Ambiguous && !t.retryAmbiguous && x.stopped == nil && ctx.Err() == nil {
 		// A dropped connection to a step that reconciles: the caller looks
 		// for its effect before sending again.
 		return last, cls, nil
