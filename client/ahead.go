@@ -19,20 +19,20 @@ const aheadGroup = 64
 //
 // A claim made ahead is used by its own item's deposit only while it can
 // still stand for a claim made there and then:
-//   - it is younger than a quarter of its lease's TTL (its lease is renewed
-//     from the claim, as every lease is, but a claim this old is not the
-//     look-ahead's to rely on: the deposit claims again);
+//   - its lease is still held: renewed from the claim, as every lease is,
+//     and not given up meanwhile (a claim that found another owner's
+//     lease, which says nothing of that lease's later state, stands only
+//     while younger than a quarter of the lease's TTL);
 //   - no other deposit of the key began in this process meanwhile, which
 //     may have settled the row since (such a deposit spoils it);
 //   - a key in flight in this process is not claimed ahead at all.
 //
 // Otherwise the deposit claims its key as it would have. Against a slow
-// server, items wait longer between the look-ahead and their request, so a
-// group's later claims would go stale, each then costing a second claim,
-// and hold leases that other processes wait for. So the claims made ahead
-// and not yet taken are bounded by what the batch takes in half a claim's
-// useful life, at the rate its deposits have been taking their claims
-// (groupSize); up to aheadGroup per group.
+// server, items wait longer between the look-ahead and their request, and
+// their claims hold leases that other processes would wait for. So the
+// claims made ahead and not yet taken are bounded by what the batch takes
+// in an eighth of the lease, at the rate its deposits have been taking
+// their claims (groupSize); up to aheadGroup per group.
 //
 // A claim made ahead and never taken, because the batch stopped first, is
 // released as unsent (forget). One that a crash leaves behind stays as a
@@ -49,7 +49,7 @@ type claimsAhead struct {
 	// tookOver names, for each key claimed ahead from another owner (a
 	// key another process or an earlier run had claimed), that owner,
 	// until a deposit of the key claims: should the claim made ahead not
-	// stand (stale, or spoiled by another line of the key), the deposit
+	// stand (its lease given up, or spoiled by another line of the key), the deposit
 	// claims again and finds this process the row's last claimer.
 	tookOver map[string]string
 	waiting  int           // claims made ahead and not yet taken
@@ -248,6 +248,9 @@ func (a ahead) take() (dedup.Claimed, bool) {
 		return dedup.Claimed{}, false
 	}
 	got, ok, held := a.takeClaim()
+	if ok && !got.Leased && !a.b.c.leases.holds(held) {
+		ok = false // given up while it waited: the deposit claims again
+	}
 	if !ok && held != nil {
 		a.b.c.leases.letGo(a.e.ref, held)
 	}
@@ -268,7 +271,7 @@ func (a ahead) takeClaim() (dedup.Claimed, bool, *heldLease) {
 	if a.b.keys[e.key] == e {
 		delete(a.b.keys, e.key)
 	}
-	ok := e.made && !e.spoiled && now.Sub(e.at) < a.b.maxAge
+	ok := e.made && !e.spoiled && (!e.got.Leased || now.Sub(e.at) < a.b.maxAge)
 	if e.made {
 		a.b.waiting--
 	}

@@ -134,6 +134,17 @@ func (k *leaseKeeper) claimedLocked(ref dedup.Ref) *heldLease {
 	return h
 }
 
+// holds reports whether h, a lease a claim of this owner took, is still in
+// the renewal set: not given up.
+func (k *leaseKeeper) holds(h *heldLease) bool {
+	if h == nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !h.lost
+}
+
 // letGo lets go of one claim of h, the lease on ref; the lease leaves the
 // renewal set with its last claim.
 func (k *leaseKeeper) letGo(ref dedup.Ref, h *heldLease) {
