@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/driver"
@@ -476,11 +478,12 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 		}
 	}()
 
-	// A step the server does not arbitrate is never sent again before its
-	// check has looked for the effect of an earlier attempt.
+	// A step the server does not arbitrate, or may have accepted to
+	// settle later, is never sent again before its check has looked for
+	// the effect of an earlier attempt.
 	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req,
 		reconciles: !s.Arbitrated && s.Check != nil, mine: uncertain}
-	if uncertain && g.reconciles {
+	if uncertain && (g.reconciles || (s.Accepts && s.Check != nil)) {
 		if id, done, err := g.checkBeforeResend(ctx); done {
 			return id, err
 		}
@@ -506,6 +509,8 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []
 			return g.created(ctx, a, v)
 		case driver.Exists:
 			return g.existing(ctx, a, v)
+		case driver.Accepted:
+			return g.accepted(ctx, a)
 		}
 		if id, done, err := g.refused(ctx, a, cls, v); done {
 			return id, err
@@ -542,6 +547,9 @@ func (g *stepSend) checkBeforeResend(ctx context.Context) (string, bool, error) 
 		return id, true, err
 	case driver.Foreign:
 		return "", true, r.fail(ctx, s, f.herr)
+	case driver.Pending:
+		id, err := g.poll(ctx, 0, f.header)
+		return id, true, err
 	}
 	return "", false, nil
 }
@@ -570,8 +578,11 @@ func (g *stepSend) existing(ctx context.Context, a answer, v verdict) (string, e
 	if err != nil {
 		return "", r.checkFailed(ctx, s, err)
 	}
-	if f.Kind == driver.Foreign {
+	switch f.Kind {
+	case driver.Foreign:
 		return "", r.fail(ctx, s, f.herr)
+	case driver.Pending:
+		return g.poll(ctx, a.Status, f.header)
 	}
 	// A record the server says exists but will not show is still
 	// there: its identifier is the fallback.
@@ -632,6 +643,10 @@ func (g *stepSend) unsettled(ctx context.Context, a answer, cls class, herr *HTT
 		return id, true, err
 	case driver.Foreign:
 		return "", true, r.fail(ctx, s, f.herr)
+	case driver.Pending:
+		g.mine = g.mine || cls == driver.Ambiguous
+		id, err := g.poll(ctx, a.Status, f.header)
+		return id, true, err
 	}
 	g.missed = g.missed || (cls == driver.Ambiguous && f.Kind == driver.Absent)
 	// Not found yet, but it may still show (an index that lags).
@@ -647,6 +662,92 @@ func (g *stepSend) unsettled(ctx context.Context, a answer, cls class, herr *HTT
 		return "", true, fmt.Errorf("%w: %w", ErrInterrupted, err)
 	}
 	return "", false, nil
+}
+
+// accepted settles a step the server accepted, to settle later (answer a):
+// nothing is recorded as done, and the request is never sent again; its
+// check is polled instead.
+func (g *stepSend) accepted(ctx context.Context, a answer) (string, error) {
+	s := g.s
+	if !s.Accepts || s.Check == nil {
+		// The driver's mistake, and the same for every item: without
+		// the flag, a later run would not poll before sending again.
+		return "", fmt.Errorf("%w: steps: the target judged %s %s accepted, but its step does not declare that the server may accept it (driver.Step.Accepts) with a check to poll",
+			ErrStopRun, g.req.Method, redactURL(g.req.URL))
+	}
+	g.mine = true
+	return g.poll(ctx, a.Status, a.Header)
+}
+
+// poll polls the check of a step accepted and not yet settled until the
+// check finds it (confirmed with the finding's identifier and status),
+// finds something foreign (failed), or the check's poll budget ends: then
+// the deposit is unresolved and its intent stays pending, for a later run
+// to poll again. Neither Pending nor Absent sends the request again: an
+// accepted step may not show yet. header is the last answer's, whose
+// Retry-After paces the first poll.
+func (g *stepSend) poll(ctx context.Context, status int, header http.Header) (string, error) {
+	r, s, c := g.r, g.s, g.r.c
+	p := c.policy.WithDefaults()
+	budget := cmp.Or(s.Check.Poll, p.MaxElapsed)
+	policy := backoff.Policy{Base: p.Base, Cap: p.Cap, RetryAfterCap: p.RetryAfterCap, MaxAttempts: math.MaxInt, MaxElapsed: budget}
+	start, polls, last := time.Now(), 0, ""
+	for {
+		wait, stop := policy.Next(ctx, polls+1, &http.Response{Header: header}, time.Since(start), nil)
+		if stop == nil && isDraining(r.drain) {
+			stop = ErrInterrupted
+		}
+		if stop != nil {
+			return "", g.notSettled(ctx, polls, time.Since(start), last, stop)
+		}
+		if err := g.x.sleep(ctx, wait); err != nil {
+			return "", g.notSettled(ctx, polls, time.Since(start), last, err)
+		}
+		x := c.newExchange(r.key, r.drain)
+		f, err := x.runCheck(ctx, s.Check, g.prior, false)
+		polls++
+		r.res.Requests += x.requests
+		r.res.Retries += x.retries
+		if err != nil {
+			if err = r.checkFailed(ctx, s, err); !errors.Is(err, ErrTerminal) {
+				err = fmt.Errorf("accepted, not yet settled: %w", err)
+			}
+			return "", err
+		}
+		switch f.Kind {
+		case driver.Present:
+			return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), status)
+		case driver.Foreign:
+			return "", r.fail(ctx, s, f.herr)
+		}
+		header, last = f.header, f.Problem
+	}
+}
+
+// notSettled is the error of a step whose polling stopped (why) before it
+// settled, after polls polls over elapsed; last is the last finding's
+// problem. The deposit is unresolved (interrupted, when the run is
+// stopping).
+func (g *stepSend) notSettled(ctx context.Context, polls int, elapsed time.Duration, last string, why error) error {
+	sentinel := ErrUnresolved
+	if ctx.Err() != nil || errors.Is(why, ErrInterrupted) {
+		sentinel = ErrInterrupted
+	}
+	if last != "" {
+		last = " (" + last + ")"
+	}
+	return fmt.Errorf("%w: %s %s: accepted, not yet settled after %d polls in %v%s; a later run polls again and never re-sends it: %w",
+		sentinel, g.req.Method, redactURL(g.req.URL), polls, elapsed.Round(time.Millisecond), last, why)
+}
+
+// isDraining reports whether the batch is shutting down.
+func isDraining(drain <-chan struct{}) bool {
+	select {
+	case <-drain:
+		return true
+	default:
+		return false
+	}
 }
 
 // exists is the outcome of a step found to exist: created when mine (an

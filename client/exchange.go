@@ -391,6 +391,9 @@ func (x *exchange) sleep(ctx context.Context, d time.Duration) error {
 type checked struct {
 	finding
 	herr *HTTPError
+	// header is the answer's, whose Retry-After paces the next poll of a
+	// pending step.
+	header http.Header
 }
 
 // runCheck runs a step's check: it sends the check's request (retried like
@@ -420,6 +423,7 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 			x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
 		}
 		herr := answerError(req.Method, a, f.Problem)
+		f.header = a.Header
 		switch f.Kind {
 		case driver.Foreign:
 			f.herr = herr

@@ -62,6 +62,8 @@ func checkStep(i int, s *step) error {
 		return fmt.Errorf("steps: %s is neither durable nor arbitrated: with no row, nothing would record that it may have been sent, and the server would not refuse a second effect", name)
 	case s.Durable && !s.Arbitrated && s.Check == nil:
 		return fmt.Errorf("steps: %s is not arbitrated and has no check: after an ambiguous answer nothing could tell whether it took effect", name)
+	case s.Accepts && (s.Check == nil || !s.Durable):
+		return fmt.Errorf("steps: %s may be accepted to settle later but has no check or is not durable: its check is how it is polled, and its row is what keeps a later run from sending it again", name)
 	case s.Recheck != "" && (s.Check == nil || s.Arbitrated):
 		return fmt.Errorf("steps: %s has a recheck row but no check, or is arbitrated: a recheck looks again for what a check missed", name)
 	case s.RecordID && !s.Durable:

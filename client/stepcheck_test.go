@@ -32,6 +32,9 @@ func validSteps() []step {
 
 func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 	require.NoError(t, checkSteps(validSteps()))
+	accepting := validSteps()
+	accepting[0].Accepts = true
+	require.NoError(t, checkSteps(accepting), "a durable step with a check may be accepted")
 	tests := []struct {
 		name   string
 		mutate func([]step) []step
@@ -50,6 +53,11 @@ func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 		{"neither durable nor arbitrated", func(s []step) []step { s[0].Durable, s[0].RecordID = false, false; return s }, "neither durable nor arbitrated"},
 		{"unarbitrated without a check", func(s []step) []step { s[0].Check, s[0].Recheck = nil, ""; return s }, "no check"},
 		{"a recheck without a check", func(s []step) []step { s[1].Recheck = "t-recheck"; return s }, "recheck row"},
+		{"accepted without a check", func(s []step) []step { s[1].Accepts = true; return s }, "may be accepted to settle later but has no check"},
+		{"accepted but not durable", func(s []step) []step {
+			s[0].Accepts, s[0].Durable, s[0].Arbitrated, s[0].RecordID, s[0].Recheck = true, false, true, false, ""
+			return s
+		}, "or is not durable"},
 		{"a record id not durable", func(s []step) []step { s[0].Durable, s[0].Arbitrated = false, true; s[0].Recheck = ""; return s }, "names the record id"},
 	}
 	for _, tt := range tests {

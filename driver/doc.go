@@ -35,6 +35,11 @@
 //     deposit reported failed, never sent again unless the caller asks.
 //   - [Stop]: the answer concerns every item (credentials, endpoint,
 //     an unsupported method): the run stops.
+//   - [Accepted]: the server took the request and settles it later (a
+//     publication finished in the background, a queued deposit, a review
+//     sent to a curator): it is never sent again, and the step's Check is
+//     polled (see below). Only a step that declares [Step.Accepts] may be
+//     answered so; for any other the run stops.
 //   - [Canceled] is the engine's own (its context ended); a Judge does
 //     not return it.
 //
@@ -49,7 +54,27 @@
 // engine send the request (after an ambiguous attempt, only once the check
 // has looked again [Check.Settle] later); [Foreign] is terminal; [Unknown]
 // is looked at again if its [Finding.Class] is retryable, else leaves the
-// deposit unresolved (or stops the run, for [Stop]).
+// deposit unresolved (or stops the run, for [Stop]); [Pending] says the
+// step was accepted and has not settled: the engine polls, as below.
+//
+// # A step accepted to settle later
+//
+// After an [Accepted] answer the engine records nothing as done and polls
+// the step's Check, within [Check.Poll] (by default the client's retry
+// policy's MaxElapsed) counted from that answer, waiting between polls as
+// between retries: the retry policy's capped backoff, or the last
+// answer's Retry-After (capped too). [Present] confirms the step as
+// created, with [Finding.ID]; [Foreign] is terminal. [Pending] and
+// [Absent] settle nothing (an accepted step may not show yet): the engine
+// polls again, and when the budget ends the deposit is unresolved, with an
+// error saying "accepted, not yet settled" (client.ErrUnresolved), and its
+// intent stays pending. A [Pending] finding of any check means the same,
+// also that of the check a later run makes first: a step that declares
+// [Step.Accepts] is looked for before anything else when its row shows
+// an earlier attempt, and it is polled, never sent again, while the check
+// says Pending. On a later run, an [Absent] is what it is for any step the
+// server does not arbitrate: trusted after [Check.Settle], and the
+// request sent.
 //
 // # What the flags promise
 //
@@ -82,6 +107,7 @@
 //     refuse a second effect;
 //   - a durable step that is not arbitrated has a Check;
 //   - only the primary step keeps its body;
+//   - a step that Accepts is durable and has a Check;
 //   - a step with a Recheck row has a Check and is not arbitrated;
 //   - a step that names the RecordID is durable.
 //

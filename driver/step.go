@@ -41,6 +41,13 @@ type Step struct {
 	// later attempt, after a restart too, re-sends those bytes, not a body
 	// built afresh. Only the primary step may keep its body.
 	KeepBody bool
+	// Accepts says that the server may answer the request [Accepted]: it
+	// took the request and settles it later (a publication finished in the
+	// background, a queued deposit, a review sent to a curator). Such a
+	// step is durable and has a Check, which the engine polls until the
+	// step settles; the request is never sent again, and a later run polls
+	// the check before anything else.
+	Accepts bool
 	// Retention, when set, is how long the server remembers a request
 	// (an idempotency key); resuming an uncertain step older than that is
 	// logged as a warning.
@@ -56,7 +63,8 @@ type Step struct {
 	Judge func(Answer) Verdict
 	// Check, when set, finds out whether the step took effect: after an
 	// [Exists] answer without an identifier, a [Conflict], or, for a step
-	// that is not Arbitrated, an [Ambiguous] answer.
+	// that is not Arbitrated, an [Ambiguous] answer; and it is polled
+	// until a step the server [Accepted] settles.
 	Check *Check
 	// Fallback is the identifier of a step whose answers name none (the
 	// record URL).
@@ -126,6 +134,7 @@ const (
 	Terminal               // refused for good: record the failure
 	Stop                   // concerns every item (credentials, endpoint): stop the run
 	Canceled               // our own context ended
+	Accepted               // taken, to be settled later: poll the Check, never re-send
 )
 
 // Retryable reports whether the engine retries an answer of class c.
@@ -160,6 +169,13 @@ type Check struct {
 	// Settle is how long to wait before trusting [Absent] after an
 	// ambiguous attempt; 0 trusts the first look.
 	Settle time.Duration
+	// Poll is how long, within one run, the engine polls a step the
+	// server accepted and has not settled ([Accepted], [Pending]), counted
+	// from the answer that said so; 0 means the client's retry policy's
+	// MaxElapsed (2 minutes by default). The waits between polls are the
+	// retry policy's backoff (capped by its Cap), or the Retry-After of the
+	// last answer (capped by its RetryAfterCap).
+	Poll time.Duration
 }
 
 // FindingKind is what a check found.
@@ -170,6 +186,7 @@ const (
 	Absent                     // it did not (or cannot be read: refused)
 	Foreign                    // something that is not ours holds the name: terminal
 	Unknown                    // no usable answer: retry, else leave unresolved
+	Pending                    // accepted, not settled yet: poll again, never re-send
 )
 
 // Finding is a check's judgement of one answer.
