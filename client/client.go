@@ -291,34 +291,19 @@ type Client struct {
 // second record. A configuration New cannot use is an error wrapping
 // ErrConfig.
 func New(cfg Config) (*Client, error) {
-	if cfg.Target == nil {
-		return nil, fmt.Errorf("%w: Config.Target is required", ErrConfig)
-	}
-	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: Config.Store is required", ErrConfig)
-	}
-	drv, err := cfg.Target.Driver()
+	drv, err := driverOf(cfg)
 	if err != nil {
-		if !errors.Is(err, ErrConfig) {
-			err = fmt.Errorf("%w: %w", ErrConfig, err)
-		}
 		return nil, err
 	}
-	for name := range cfg.Header {
-		if drv.Guards(name) {
-			return nil, errHeaderGuarded(name)
-		}
-	}
-	form := cfg.Form
-	if form == "" {
-		form = canonical.FormJCS
-	}
-	keyer, err := canonical.NewKeyer(form, cfg.Ignore)
+	keyer, err := keyerFor(cfg, drv)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, err
 	}
-	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
-		keyer = keyer.WithFileMD5()
+	switch {
+	case cfg.Lease == 0:
+		cfg.Lease = DefaultLease
+	case cfg.Lease < 10*time.Millisecond:
+		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
 	}
 	guard := newStoreGuard(cfg.StoreOutage)
 	store := &guarded{s: cfg.Store, g: guard}
@@ -342,12 +327,6 @@ func New(cfg Config) (*Client, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case cfg.Lease == 0:
-		cfg.Lease = DefaultLease
-	case cfg.Lease < 10*time.Millisecond:
-		return nil, fmt.Errorf("%w: Config.Lease %v is shorter than 10ms", ErrConfig, cfg.Lease)
-	}
-	switch {
 	case cfg.StoreOutage == 0:
 		guard.budget = cfg.Lease / 2
 	case cfg.StoreOutage < 0:
@@ -360,18 +339,68 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.owners, _ = cfg.Store.(ownerProver) // no store call: nothing to guard
 	c.http, c.pace = newHTTPClient(cfg.HTTPClient, drv, cfg.Rate, !cfg.StaticRate)
-
-	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
-		SecretFingerprint: drv.SecretFingerprint()}
-	for _, target := range append([]string{drv.Name()}, drv.StepTargets()...) {
-		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
-			if errors.Is(err, dedup.ErrSettingsMismatch) {
-				return nil, mismatchError{store: err}
-			}
-			return nil, fmt.Errorf("client: store: %w", err)
-		}
+	if err := c.checkSettings(cfg, keyer.Form()); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// driverOf checks cfg's target and store and returns the target's driver;
+// a caller's header that would replace one the target sets for
+// exactly-once is refused.
+func driverOf(cfg Config) (driver.Driver, error) {
+	if cfg.Target == nil {
+		return nil, fmt.Errorf("%w: Config.Target is required", ErrConfig)
+	}
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: Config.Store is required", ErrConfig)
+	}
+	drv, err := cfg.Target.Driver()
+	if err != nil {
+		if !errors.Is(err, ErrConfig) {
+			err = fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		return nil, err
+	}
+	for name := range cfg.Header {
+		if drv.Guards(name) {
+			return nil, errHeaderGuarded(name)
+		}
+	}
+	return drv, nil
+}
+
+// keyerFor is the keyer of cfg's form and ignored members, hashing a
+// dataset's files with MD5 too where the target wants them.
+func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
+	form := cfg.Form
+	if form == "" {
+		form = canonical.FormJCS
+	}
+	keyer, err := canonical.NewKeyer(form, cfg.Ignore)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
+		keyer = keyer.WithFileMD5()
+	}
+	return keyer, nil
+}
+
+// checkSettings refuses a store that keyed this target's rows (the
+// deposit's and its steps') with other settings.
+func (c *Client) checkSettings(cfg Config, form canonical.Form) error {
+	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
+		SecretFingerprint: c.target.SecretFingerprint()}
+	for _, target := range append([]string{c.target.Name()}, c.target.StepTargets()...) {
+		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
+			if errors.Is(err, dedup.ErrSettingsMismatch) {
+				return mismatchError{store: err}
+			}
+			return fmt.Errorf("client: store: %w", err)
+		}
+	}
+	return nil
 }
 
 // StoreTarget is the name under which the store keeps this client's
