@@ -258,8 +258,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if err != nil {
 		return none, c.usageError(s, "--protocol: %v", err)
 	}
-	if flag, owner := foreignFlag(proto, o.set); flag != "" {
-		return none, c.usageError(s, "--%s is a flag of --protocol %s, not of %s", flag, owner, proto)
+	if name, owner := foreignFlag(proto, o.set); name != "" {
+		return none, c.usageError(s, "--%s is a flag of --protocol %s, not of %s", name, owner, proto)
 	}
 	if o.endpoint == "" && !specOf(proto).endpointOptional {
 		return none, c.usageError(s, "no endpoint: give --endpoint URL or set DEPOSIT_ENDPOINT")

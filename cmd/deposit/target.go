@@ -233,17 +233,17 @@ func authorize(proto, endpoint string, header http.Header, getenv func(string) s
 	return nil
 }
 
-// foreignFlag returns a flag of set that belongs to a target other than
-// proto, "" when there is none.
-func foreignFlag(proto string, set map[string]bool) (flag, owner string) {
+// foreignFlag returns the name of a flag of set that belongs to a target
+// other than proto, and that target; "" when there is none.
+func foreignFlag(proto string, set map[string]bool) (name, owner string) {
 	own := map[string]bool{}
 	for _, f := range specOf(proto).flags {
 		own[f] = true
 	}
-	for _, name := range protocol.Names() {
-		for _, f := range specOf(name).flags {
+	for _, other := range protocol.Names() {
+		for _, f := range specOf(other).flags {
 			if set[f] && !own[f] {
-				return f, name
+				return f, other
 			}
 		}
 	}
