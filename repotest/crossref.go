@@ -18,7 +18,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -169,12 +168,10 @@ type CrossrefRecord struct {
 //
 // Crossref is safe for concurrent use.
 type Crossref struct {
-	cfg  CrossrefConfig
-	inj  *injector
-	done chan struct{}
+	cfg CrossrefConfig
+	inj *injector
 
-	mu       sync.Mutex
-	closed   bool
+	stubLife                 // mu guards what follows
 	subs     []*crSubmission // in upload order
 	applied  int             // subs[:applied] are completed
 	byFile   map[string]*crSubmission
@@ -249,7 +246,7 @@ func NewCrossref(cfg CrossrefConfig) (*Crossref, error) {
 		cfg.now = time.Now
 	}
 	c := &Crossref{
-		cfg: cfg, done: make(chan struct{}),
+		cfg: cfg, stubLife: newStubLife(),
 		byFile: map[string]*crSubmission{}, records: map[string]*crRecord{}, sameMeta: map[string][]string{},
 	}
 	c.stats.UploadsByFile, c.stats.Versions = map[string]int64{}, map[string]int64{}
@@ -258,15 +255,7 @@ func NewCrossref(cfg CrossrefConfig) (*Crossref, error) {
 }
 
 // Close ends every wait; later requests get 503. Close is idempotent.
-func (c *Crossref) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.closed {
-		c.closed = true
-		close(c.done)
-	}
-	return nil
-}
+func (c *Crossref) Close() error { return c.end() }
 
 // Stats returns a snapshot of the counters, after processing every
 // submission that is due.

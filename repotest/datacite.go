@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -108,12 +107,10 @@ type DataCiteStats struct {
 //
 // DataCite is safe for concurrent use.
 type DataCite struct {
-	cfg  DataCiteConfig
-	inj  *injector
-	done chan struct{}
+	cfg DataCiteConfig
+	inj *injector
 
-	mu       sync.Mutex
-	closed   bool
+	stubLife // mu guards what follows
 	dois     map[string]*dcRecord
 	order    []*dcRecord
 	inflight map[string]chan struct{} // DOI -> closed when its create ends
@@ -145,21 +142,13 @@ func NewDataCite(cfg DataCiteConfig) (*DataCite, error) {
 	for i, p := range cfg.Prefixes {
 		cfg.Prefixes[i] = strings.ToLower(p)
 	}
-	d := &DataCite{cfg: cfg, done: make(chan struct{}), dois: map[string]*dcRecord{}, inflight: map[string]chan struct{}{}}
+	d := &DataCite{cfg: cfg, stubLife: newStubLife(), dois: map[string]*dcRecord{}, inflight: map[string]chan struct{}{}}
 	d.inj = newInjector(faults, cfg.Seed, cfg.Latency, time.Now, d.done, injectedDCError, &d.mu)
 	return d, nil
 }
 
 // Close ends every wait; later requests get 503. Close is idempotent.
-func (d *DataCite) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.closed {
-		d.closed = true
-		close(d.done)
-	}
-	return nil
-}
+func (d *DataCite) Close() error { return d.end() }
 
 // Stats returns a snapshot of the counters.
 func (d *DataCite) Stats() DataCiteStats {
@@ -183,11 +172,7 @@ func (d *DataCite) DOIs() []DataCiteDOI {
 
 // ServeHTTP answers one request of the /dois API.
 func (d *DataCite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d.mu.Lock()
-	d.stats.Requests++
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
+	if !d.admitRequest(&d.stats.Requests) {
 		dcError(w, http.StatusServiceUnavailable, "", "The server is closed.")
 		return
 	}

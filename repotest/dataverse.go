@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 )
@@ -205,21 +204,19 @@ type DataverseFile struct {
 //
 // Dataverse is safe for concurrent use.
 type Dataverse struct {
-	cfg  DataverseConfig
-	inj  *injector
-	done chan struct{}
-	now  func() time.Time
+	cfg DataverseConfig
+	inj *injector
+	now func() time.Time
 
-	mu      sync.Mutex
-	closed  bool
-	byID    map[int64]*dvDataset
-	byPID   map[string]*dvDataset
-	order   []*dvDataset
-	markers map[string]bool // otherIdValue values of every dataset created
-	nextID  int64
-	seq     uint64
-	buckets map[string]*dvBucket
-	stats   DataverseStats
+	stubLife // mu guards what follows
+	byID     map[int64]*dvDataset
+	byPID    map[string]*dvDataset
+	order    []*dvDataset
+	markers  map[string]bool // otherIdValue values of every dataset created
+	nextID   int64
+	seq      uint64
+	buckets  map[string]*dvBucket
+	stats    DataverseStats
 }
 
 // dvDataset is one dataset. Dataverse.mu guards it.
@@ -291,7 +288,7 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 		cfg.now = time.Now
 	}
 	dv := &Dataverse{
-		cfg: cfg, done: make(chan struct{}), now: cfg.now, nextID: 1,
+		cfg: cfg, stubLife: newStubLife(), now: cfg.now, nextID: 1,
 		byID: map[int64]*dvDataset{}, byPID: map[string]*dvDataset{}, markers: map[string]bool{}, buckets: map[string]*dvBucket{},
 	}
 	dv.inj = newInjector(faults, cfg.Seed, cfg.Latency, cfg.now, dv.done, injectedDVError, &dv.mu)
@@ -299,15 +296,7 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 }
 
 // Close ends every wait; later requests get 503. Close is idempotent.
-func (dv *Dataverse) Close() error {
-	dv.mu.Lock()
-	defer dv.mu.Unlock()
-	if !dv.closed {
-		dv.closed = true
-		close(dv.done)
-	}
-	return nil
-}
+func (dv *Dataverse) Close() error { return dv.end() }
 
 // Stats returns a snapshot of the counters.
 func (dv *Dataverse) Stats() DataverseStats {
@@ -343,11 +332,7 @@ func (dv *Dataverse) Datasets() []DataverseDataset {
 
 // ServeHTTP answers one request of the API.
 func (dv *Dataverse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	dv.mu.Lock()
-	dv.stats.Requests++
-	closed := dv.closed
-	dv.mu.Unlock()
-	if closed {
+	if !dv.admitRequest(&dv.stats.Requests) {
 		dvError(w, http.StatusServiceUnavailable, "The server is closed.")
 		return
 	}

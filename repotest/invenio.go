@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 )
@@ -168,20 +167,18 @@ type InvenioFile struct {
 //
 // Invenio is safe for concurrent use.
 type Invenio struct {
-	cfg  InvenioConfig
-	inj  *injector
-	done chan struct{}
-	now  func() time.Time
+	cfg InvenioConfig
+	inj *injector
+	now func() time.Time
 
-	mu      sync.Mutex
-	closed  bool
-	records map[string]*ivRecord
-	order   []*ivRecord
-	seq     uint64
-	window  time.Time // start of the current rate-limit window
-	used    int       // requests in the window
-	sused   int       // searches in the window
-	stats   InvenioStats
+	stubLife // mu guards what follows
+	records  map[string]*ivRecord
+	order    []*ivRecord
+	seq      uint64
+	window   time.Time // start of the current rate-limit window
+	used     int       // requests in the window
+	sused    int       // searches in the window
+	stats    InvenioStats
 }
 
 // ivRecord is a draft, or a published record. mu guards it.
@@ -236,21 +233,13 @@ func NewInvenio(cfg InvenioConfig) (*Invenio, error) {
 	if cfg.Window == 0 {
 		cfg.Window = time.Minute
 	}
-	iv := &Invenio{cfg: cfg, done: make(chan struct{}), now: time.Now, records: map[string]*ivRecord{}}
+	iv := &Invenio{cfg: cfg, stubLife: newStubLife(), now: time.Now, records: map[string]*ivRecord{}}
 	iv.inj = newInjector(faults, cfg.Seed, cfg.Latency, time.Now, iv.done, injectedIVError, &iv.mu)
 	return iv, nil
 }
 
 // Close ends every wait; later requests get 503. Close is idempotent.
-func (iv *Invenio) Close() error {
-	iv.mu.Lock()
-	defer iv.mu.Unlock()
-	if !iv.closed {
-		iv.closed = true
-		close(iv.done)
-	}
-	return nil
-}
+func (iv *Invenio) Close() error { return iv.end() }
 
 // Stats returns a snapshot of the counters.
 func (iv *Invenio) Stats() InvenioStats {
@@ -285,11 +274,7 @@ func (iv *Invenio) Records() []InvenioRecord {
 
 // ServeHTTP answers one request of the API.
 func (iv *Invenio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	iv.mu.Lock()
-	iv.stats.Requests++
-	closed := iv.closed
-	iv.mu.Unlock()
-	if closed {
+	if !iv.admitRequest(&iv.stats.Requests) {
 		ivError(w, http.StatusServiceUnavailable, "The server is closed.")
 		return
 	}
