@@ -19,9 +19,10 @@ import (
 	"github.com/depositkit/deposit/driver"
 )
 
-// exchange is the retry state of one step: every request it sends, the write
-// and any check, counts against one attempt limit, one elapsed budget and the
-// client's shared retry budget. Every wait between attempts is the
+// exchange is the retry state of one step: the write's attempts and any
+// check's failed looks count against one attempt limit, every request
+// against one elapsed budget, and retries against the client's shared
+// retry budget. Every wait between attempts is the
 // exchange's own (sleep), decided by package backoff and ended by the
 // context or the batch's drain; go-retryablehttp sends, rewinds bodies and
 // calls back, but never waits on its own.
@@ -35,6 +36,10 @@ type exchange struct {
 	// inFlight counts the answers that said the request is still in flight
 	// on the server: they spend no attempt and no retry budget.
 	inFlight int
+	// looks counts the check requests whose answer the check could read
+	// (found, absent, pending, foreign): a look that worked is no failed
+	// attempt, so a check of several requests spends none of the step's.
+	looks int
 	// stopped says why retrying stopped, when it did.
 	stopped error
 	// effect says that a request sent may have taken effect: any answer
@@ -337,7 +342,7 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		x.inFlight++
 	}
 	elapsed := time.Since(x.start)
-	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight, resp, elapsed, nil)
+	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight-x.looks, resp, elapsed, nil)
 	if err != nil {
 		return stop(err)
 	}
@@ -396,62 +401,90 @@ type checked struct {
 	header http.Header
 }
 
+// maxCheckHops bounds a check's chain of further looks (Finding.Then): a
+// driver whose chain never ends would otherwise hold its item forever.
+const maxCheckHops = 1000
+
 // runCheck runs a step's check: it sends the check's request (retried like
-// any other) and returns what the check found. afterAmbiguous asks for the
-// check's settle time before an "absent" is trusted: a server whose reads
-// lag its writes may not show yet what an ambiguous attempt created.
+// any other) and returns what the check found, following the further looks
+// a finding asks for (Finding.Then). afterAmbiguous asks for the check's
+// settle time before an "absent" is trusted: a server whose reads lag its
+// writes may not show yet what an ambiguous attempt created; the whole
+// chain is looked at again then.
 func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (checked, error) {
+	settled := !afterAmbiguous || chk.Settle <= 0
+	for {
+		f, err := x.followCheck(ctx, chk, prior)
+		if err != nil || f.Kind != driver.Absent || settled {
+			return f, err
+		}
+		settled = true
+		if err := x.sleep(ctx, chk.Settle); err != nil {
+			return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+	}
+}
+
+// followCheck runs chk, then each further check its findings name, and
+// returns the last finding.
+func (x *exchange) followCheck(ctx context.Context, chk *check, prior []string) (checked, error) {
+	for hop := 0; ; hop++ {
+		f, err := x.lookOnce(ctx, chk, prior)
+		if err != nil || f.Then == nil {
+			return f, err
+		}
+		if hop+1 >= maxCheckHops {
+			return f, fmt.Errorf("%w: the check looked %d times and settled nothing", ErrUnresolved, maxCheckHops)
+		}
+		chk = f.Then
+	}
+}
+
+// lookOnce sends one check's request and judges its answer.
+func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (checked, error) {
 	req, err := chk.Build(prior)
 	if err != nil {
 		return checked{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	req.Header = x.c.withUserHeader(req.Header)
-	settled := !afterAmbiguous || chk.Settle <= 0
-	for {
-		var f checked
-		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
-			f.finding = chk.Judge(a)
-			if f.Kind == driver.Unknown {
-				return verdict{Class: f.Class}
-			}
-			return verdict{Class: driver.Created} // settles the check's own exchange
-		})
-		if err != nil {
-			return f, err
+	var f checked
+	a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
+		f.finding = chk.Judge(a)
+		if f.Kind == driver.Unknown {
+			return verdict{Class: f.Class}
 		}
-		if f.Warn != "" {
-			x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
-		}
-		herr := answerError(req.Method, a, f.Problem)
-		f.header = a.Header
-		switch f.Kind {
-		case driver.Foreign:
-			f.herr = herr
-			return f, nil
-		case driver.Unknown:
-			switch {
-			case cls == driver.Stop:
-				return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
-			case cls == driver.Canceled:
-				return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
-			case errors.Is(x.stopped, ErrStopRun):
-				return f, fmt.Errorf("%w: read-back after %d attempts: %w", x.stopped, x.requests, herr)
-			case x.stopped != nil:
-				return f, fmt.Errorf("%w: read-back after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, herr)
-			default:
-				return f, fmt.Errorf("%w: read-back: %w", ErrUnresolved, herr)
-			}
-		case driver.Absent:
-			if !settled {
-				settled = true
-				if err := x.sleep(ctx, chk.Settle); err != nil {
-					return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
-				}
-				continue
-			}
-		}
-		return f, nil
+		return verdict{Class: driver.Created} // settles the check's own exchange
+	})
+	if err != nil {
+		return f, err
 	}
+	if f.Kind != driver.Unknown {
+		x.looks++
+	}
+	if f.Warn != "" {
+		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
+	}
+	herr := answerError(req.Method, a, f.Problem)
+	f.header = a.Header
+	switch f.Kind {
+	case driver.Foreign:
+		f.herr = herr
+	case driver.Unknown:
+		f.Then = nil
+		switch {
+		case cls == driver.Stop:
+			return f, fmt.Errorf("%w: %w", ErrStopRun, herr)
+		case cls == driver.Canceled:
+			return f, fmt.Errorf("%w: %w", ErrInterrupted, herr)
+		case errors.Is(x.stopped, ErrStopRun):
+			return f, fmt.Errorf("%w: read-back after %d attempts: %w", x.stopped, x.requests, herr)
+		case x.stopped != nil:
+			return f, fmt.Errorf("%w: read-back after %d attempts: %w: %w", ErrUnresolved, x.requests, x.stopped, herr)
+		default:
+			return f, fmt.Errorf("%w: read-back: %w", ErrUnresolved, herr)
+		}
+	}
+	return f, nil
 }
 
 // unresolved is the error of a step whose retrying stopped at last (an

@@ -130,7 +130,7 @@ func TestProtocolTable(t *testing.T) {
 		{name: "put 412 with a refused read-back is the record URL", proto: protocol.Put, script: []reply{{status: 412}}, readBack: reply{status: 403}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
 		{name: "put 412 with a read-back echoing the payload is the record URL", proto: protocol.Put, script: []reply{{status: 412}}, readBack: reply{status: 200, body: payload}, outcome: OutcomeExisting, writes: 1, reads: 1, wantState: dedup.StateDone},
 		{name: "put 409 confirmed by read-back is existing", proto: protocol.Put, script: []reply{{status: 409}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 1, reads: 1, wantState: dedup.StateDone},
-		{name: "put 409 without a record is retried then unresolved", proto: protocol.Put, script: []reply{{status: 409}}, readBack: read404, writes: 2, reads: 2, wantErr: ErrUnresolved, wantState: dedup.StatePending},
+		{name: "put 409 without a record is retried then unresolved", proto: protocol.Put, script: []reply{{status: 409}}, readBack: read404, writes: 4, reads: 4, wantErr: ErrUnresolved, wantState: dedup.StatePending},
 		{name: "put 409 then 201 is created", proto: protocol.Put, script: []reply{{status: 409}, created}, readBack: read404, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 2, reads: 1, wantState: dedup.StateDone},
 		{name: "put 422 is terminal and recorded", proto: protocol.Put, script: []reply{problem}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},
 		{name: "put 400 is terminal", proto: protocol.Put, script: []reply{{status: 400}}, writes: 1, wantErr: ErrTerminal, wantState: dedup.StateFailed},

@@ -203,4 +203,14 @@ type Finding struct {
 	// attempt limit, [Stop] stops the run, and any other, or the limit
 	// reached, leaves the deposit unresolved.
 	Class Class
+	// Then, when set, says that this answer settles nothing alone: the
+	// engine looks further with Then, and its finding is the check's (a
+	// search that missed, then the collection's listing; a listing, then
+	// each record newer than the attempt). Kind is ignored then, but for
+	// [Unknown], which ends the look as it always does. A Judge builds
+	// Then from the answer alone, so it stays pure; it bounds its own
+	// chain (the engine stops one past a thousand looks, unresolved).
+	// [Check.Settle] and [Check.Poll] are the first check's: after a
+	// settle wait the whole chain is looked at again.
+	Then *Check
 }
