@@ -57,6 +57,15 @@
 // deposit unresolved (or stops the run, for [Stop]); [Pending] says the
 // step was accepted and has not settled: the engine polls, as below.
 //
+// A check may take several requests: a finding with [Finding.Then] says
+// that its answer settles nothing alone, and the engine looks further
+// with that check (a search that missed, then the collection's listing,
+// then each record in it), taking the last finding as the check's. The
+// judge builds Then from its answer, so it stays pure, and bounds its own
+// chain. A look whose answer the judge could read spends none of the
+// step's attempts: only failed looks ([Unknown]) and the step's own
+// requests count against the retry policy's attempt limit.
+//
 // # A step accepted to settle later
 //
 // After an [Accepted] answer the engine records nothing as done and polls
