@@ -104,7 +104,9 @@ type pgdb struct {
 // sslrootcert, sslcert, sslkey; the pool's size through pool_max_conns
 // (by default the larger of 4 and the number of CPUs); how long making a
 // connection may take through connect_timeout (in seconds, by default 10,
-// where libpq waits forever). The password may
+// where libpq waits forever); opening the store, up to its first answers,
+// may take twice as long, then it fails rather than wait on a server that
+// took the connection and answers nothing. The password may
 // also come from PGPASSWORD or a .pgpass file, as with libpq, and is then
 // not in the URL at all. The password is never in an error: errors name
 // the URL with it replaced by xxxxx.
@@ -245,12 +247,7 @@ func (d *pgdb) connect(ctx context.Context, u pgURL, readOnly bool) error {
 	if err != nil {
 		return fmt.Errorf("dedup: store %s: %w", d.name, err)
 	}
-	if err := d.pool.Ping(ctx); err != nil {
-		closePool(d.pool)
-		return fmt.Errorf("dedup: store %s: %w", d.name, err)
-	}
-	d.q = newPGQueries(pgx.Identifier{d.schema}.Sanitize())
-	found, err := d.identify(ctx, d.pool)
+	found, err := d.firstLook(ctx, 2*cfg.ConnConfig.ConnectTimeout)
 	if err == nil {
 		err = d.prepare(ctx, found, readOnly)
 	}
@@ -259,6 +256,34 @@ func (d *pgdb) connect(ctx context.Context, u pgURL, readOnly bool) error {
 		return err
 	}
 	return nil
+}
+
+// errNoAnswer is the cause of a first look at the store that the server
+// did not answer in time.
+var errNoAnswer = errors.New("the server took the connection but did not answer")
+
+// firstLook pings the server and identifies the schema within wait (twice
+// connect_timeout: making the connection, then its first answers): a
+// server that takes connections and then answers nothing (frozen, or a
+// proxy in front of a server that is gone) would otherwise hold the
+// opening forever, since these first queries have no other deadline.
+// The migration that may follow is not bounded: rewriting a large store
+// may take longer, and it runs under a lock other openers wait for.
+func (d *pgdb) firstLook(ctx context.Context, wait time.Duration) (pgSchema, error) {
+	lctx, cancel := context.WithTimeoutCause(ctx, wait, errNoAnswer)
+	defer cancel()
+	noAnswer := func(err error) error {
+		if ctx.Err() == nil && errors.Is(context.Cause(lctx), errNoAnswer) {
+			return fmt.Errorf("dedup: store %s: %w within %v (twice connect_timeout)", d.name, errNoAnswer, wait)
+		}
+		return err
+	}
+	if err := d.pool.Ping(lctx); err != nil {
+		return pgSchema{}, noAnswer(fmt.Errorf("dedup: store %s: %w", d.name, err))
+	}
+	d.q = newPGQueries(pgx.Identifier{d.schema}.Sanitize())
+	found, err := d.identify(lctx, d.pool)
+	return found, noAnswer(err)
 }
 
 // prepare checks what identify found against what this package writes,
