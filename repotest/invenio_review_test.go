@@ -156,3 +156,17 @@ func TestInvenioStatusFaultsOnVersionsAndReviewsCommitNothing(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, a.status)
 	require.Equal(t, "created", v.record(id).Review)
 }
+
+func TestInvenioReadFaultsReachVersionsAndReviews(t *testing.T) {
+	v := newIVSession(t, InvenioConfig{Faults: "reads,nth=1:503"})
+	id, reqID := v.submitted()
+	for _, path := range []string{"/records/" + id + "/draft/review", "/requests/" + reqID, "/records/" + id + "/versions"} {
+		a := v.do(http.MethodGet, path, "")
+		require.Equal(t, http.StatusServiceUnavailable, a.status, path)
+		v.want(http.StatusOK, http.MethodGet, path, "")
+	}
+	require.NoError(t, v.s.AcceptReview(reqID))
+	a := v.do(http.MethodGet, "/records/"+id+"/versions/latest", "")
+	require.Equal(t, http.StatusServiceUnavailable, a.status)
+	require.Equal(t, id, v.want(http.StatusOK, http.MethodGet, "/records/"+id+"/versions/latest", "")["id"])
+}
