@@ -1077,15 +1077,17 @@ func parseIVSearch(w http.ResponseWriter, r *http.Request) (ivSearch, bool) {
 	query := r.URL.Query()
 	sp := ivSearch{page: 1, size: 10}
 	var errs []ivFieldError
-	for _, name := range []string{"page", "size"} {
-		dst := map[string]*int{"page": &sp.page, "size": &sp.size}[name]
-		if v := query.Get(name); v != "" {
+	for _, param := range []struct {
+		name string
+		dst  *int
+	}{{"page", &sp.page}, {"size", &sp.size}} {
+		if v := query.Get(param.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
-				errs = append(errs, ivFieldError{Field: name, Messages: []string{"Must be greater than or equal to 1."}})
+				errs = append(errs, ivFieldError{Field: param.name, Messages: []string{"Must be greater than or equal to 1."}})
 				continue
 			}
-			*dst = n
+			*param.dst = n
 		}
 	}
 	if v := query.Get("allversions"); v != "" {
