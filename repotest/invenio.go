@@ -42,7 +42,8 @@ type InvenioConfig struct {
 	// RDM_RECORDS_MAX_FILES_COUNT, Zenodo's limit).
 	MaxFiles int
 	// Limit and SearchLimit, when set, are the requests allowed per Window:
-	// searches (GET /api/user/records) count against SearchLimit only,
+	// searches (GET /api/user/records, /api/records and
+	// /api/records/{id}/versions) count against SearchLimit only,
 	// every other request against Limit. A request over its budget gets
 	// 429 with X-RateLimit-Limit, X-RateLimit-Remaining and
 	// X-RateLimit-Reset (Unix seconds of the window's end, as Zenodo sends
@@ -60,6 +61,10 @@ type InvenioConfig struct {
 	Seed int64
 	// Latency delays every write before it commits.
 	Latency time.Duration
+	// Communities, when set, are the ids of the communities a review may
+	// name; a review naming another gets 404 "Not found.", as InvenioRDM
+	// answers for a community it cannot resolve. Nil accepts any id.
+	Communities []string
 }
 
 // InvenioStats counts what an InvenioRDM stub did. All counts start at zero.
@@ -73,6 +78,10 @@ type InvenioStats struct {
 	Uploads     int64 `json:"uploads"`      // file contents received in full
 	Commits     int64 `json:"commits"`      // file commits that took effect
 	Searches    int64 `json:"searches"`     // searches answered
+	Versions    int64 `json:"versions"`     // drafts of new versions opened by POST .../versions
+	FileImports int64 `json:"file_imports"` // files-import actions that took effect
+	Reviews     int64 `json:"reviews"`      // review requests created by PUT .../draft/review
+	Submitted   int64 `json:"submitted"`    // review requests submitted
 	RateLimited int64 `json:"rate_limited"` // 429 answers of the rate limit (not injected faults)
 	// FallbackQueries counts searches whose q was not a query the stub
 	// parses (see Invenio): like InvenioRDM, it then matched any token.
@@ -92,6 +101,17 @@ type InvenioRecord struct {
 	Identifiers []string
 	Files       []InvenioFile // in the order they were initialised
 	Created     time.Time
+	// Parent is parent.id, shared by every version of a record; Version
+	// is versions.index, 1 for the first version.
+	Parent  string
+	Version int
+	// Review is the status of the draft's community submission
+	// ("created", "submitted", "declined"), "" when it has none; an
+	// accepted review leaves the record, which is then published.
+	Review string
+	// Communities are the communities the record's versions belong to,
+	// the default first.
+	Communities []string
 }
 
 // InvenioFile is one file of a draft or record.
@@ -107,12 +127,13 @@ type InvenioFile struct {
 // of InvenioRDM's documentation and source:
 //
 //   - POST /api/records creates a draft: 201 with the draft (id, links,
-//     is_published false, pids {}). Every POST makes a new draft: there is
-//     no conditional create and no server-side dedup of any kind. Missing
-//     required metadata is not refused here: the answer carries an
-//     "errors" array, and only publish refuses it.
+//     is_published false, pids {}, parent.id, versions.index 1). Every POST
+//     makes a new draft: there is no conditional create and no server-side
+//     dedup of any kind. Missing required metadata is not refused here: the
+//     answer carries an "errors" array, and only publish refuses it.
 //   - GET, PUT and DELETE /api/records/{id}/draft read (200), update (200)
 //     and discard (204) a draft; after publishing the draft is gone (404).
+//     A draft whose review is submitted cannot be discarded (400).
 //   - POST /api/records/{id}/draft/files with [{"key":K},...] initialises
 //     files (201 with the list); a key that exists is a 400 "File with key
 //     K already exists."; more files than MaxFiles is a 400. Keys may hold
@@ -129,16 +150,59 @@ type InvenioFile struct {
 //     publication_date or resource_type, one with files enabled but none
 //     committed, or one with a file not committed, answers 400 {"status":
 //     400,"message":"A validation error occurred.","errors":[{"field":...,
-//     "messages":[...]}]}.
+//     "messages":[...]}]}. A draft with a review not yet accepted or
+//     declined answers 400 "You cannot publish a draft with an open review
+//     request. ...".
 //   - GET /api/records/{id} answers a published record, or 404 "The
 //     persistent identifier is not registered." for a draft never
 //     published.
-//   - GET /api/user/records?q=&page=&size=&is_published= searches the
-//     user's records and drafts, one hit per record (the draft until it is
-//     published), newest first: {"hits":{"hits":[...],"total":N},
-//     "aggregations":{},"links":{...},"sortBy":"newest"}. It sees each
-//     record as it was IndexLag after its last write. q may be empty (all)
-//     or metadata.identifiers.identifier:"VALUE", a phrase query on a text
+//   - POST /api/records/{id}/versions, {id} any published version, answers
+//     201 with the draft of the next version: a new id, the same parent.id,
+//     versions.index one more than the latest's, the latest version's
+//     metadata (alternate identifiers and any marker among them included)
+//     less metadata.version and with today's publication_date, its access
+//     and files.enabled, no files, pids {}. While that draft is open the
+//     same call answers 201 with it; once it is published or discarded the
+//     call opens another. A draft's id gets 404 "The persistent identifier
+//     is not registered.".
+//   - POST /api/records/{id}/draft/actions/files-import links every file of
+//     the latest published version into the draft (201 with the draft's
+//     files, as GET .../draft/files answers them). A draft that holds any
+//     file already answers 400 "A validation error occurred." with
+//     {"field":"files.enabled","messages":["Please remove all files
+//     first."]}, so a second import is refused; a first version's draft
+//     has no version to import from (404).
+//   - GET /api/records/{id}/versions/latest answers 301 with Location the
+//     latest published version, resolved from the stub's state, never from
+//     search; {id} may be any version or the parent's id. GET
+//     /api/records/{id}/versions searches the published versions of {id}'s
+//     parent, highest versions.index first ("sortBy":"version").
+//   - PUT /api/records/{id}/draft/review with {"type":
+//     "community-submission","receiver":{"community":C}} answers 200 with
+//     a request in status "created", replacing one not yet submitted; a
+//     submitted one is a 400 "An open review cannot be deleted.", and a new
+//     version's draft a 400 (its parent's communities carry over). GET
+//     reads it (200; 404 "Review for draft not found" when there is none),
+//     DELETE removes it (204). POST .../draft/actions/submit-review submits
+//     it: 202 with the request, status "submitted", is_open true; the
+//     draft must validate as for a publish. A request not in status
+//     "created" cannot be submitted again: InvenioRDM's records endpoint
+//     then answers 500, its refusal having no handler there. GET
+//     /api/requests/{id} reads a request whatever became of its draft.
+//     AcceptReview and DeclineReview are the curator: accepting publishes
+//     the draft and adds the community to parent.communities (the review
+//     leaves the draft); declining leaves the draft with its declined
+//     review.
+//   - GET /api/user/records?q=&page=&size=&is_published=&allversions=
+//     searches the user's records and drafts, one hit per record (the
+//     draft until it is published) and, unless allversions is true, only
+//     the latest draft of each record's versions (versions.is_latest_draft),
+//     newest first: {"hits":{"hits":[...],"total":N},"aggregations":{},
+//     "links":{...},"sortBy":"newest"}. GET /api/records?q=&allversions=
+//     searches published records the same way, only the latest version of
+//     each unless allversions is true. Searches see each record as it was
+//     IndexLag after its last write. q may be empty (all) or
+//     metadata.identifiers.identifier:"VALUE", a phrase query on a text
 //     field, which matches every identifier that starts with VALUE. Any
 //     other q is what InvenioRDM cannot parse into a field query: like
 //     InvenioRDM, the stub then matches records holding any of its tokens
@@ -149,21 +213,26 @@ type InvenioFile struct {
 //     application/octet-stream or nothing.
 //
 // Faults (Config.Faults) apply to every write: creates are numbered by body,
-// file inits, uploads and commits by record and key, publishes by record,
-// and, with the reads rule, reads by path. A drop commits the write and
-// hangs up. A 502 or 504 drawn for a publish publishes first and then
-// answers, as a proxy does that times out in front of a slow publish; every
-// other status fault answers before anything commits.
+// file inits, uploads and commits by record and key, publishes, new
+// versions ("new-version"), files-imports, reviews set or removed and
+// submits ("submit-review") by record, and, with the reads rule, reads by
+// path. A drop commits the write and hangs up. A 502 or 504 drawn for a
+// publish publishes first and then answers, as a proxy does that times out
+// in front of a slow publish; every other status fault answers before
+// anything commits.
 //
-// What it leaves out: one user (the token's), no communities, reviews,
-// versions, edits of published records, embargoes, access links or
-// vocabularies (resource_type ids are not checked); metadata is checked
-// only for the four required fields above; search parses only the one
-// field query above and ranks nothing; file bytes are hashed and dropped,
-// never stored, so downloads are not served; no multipart uploads; no
-// persistence. Older InvenioRDM versions deleted a committed file when its
-// content was uploaded again and answered 200 with "errors"; this stub
-// follows the current refusal (400).
+// What it leaves out: one user (the token's), who is no community's
+// curator (a submission is never included directly); communities exist
+// only as ids (Communities); edits of published records (POST
+// .../draft), a review set at create (parent.review), cancelling or
+// expiring a request and its timeline, reviews of new versions, concept
+// DOIs, embargoes, access links or vocabularies (resource_type ids are not
+// checked); metadata is checked only for the four required fields above;
+// search parses only the one field query above and ranks nothing; file
+// bytes are hashed and dropped, never stored, so downloads are not served;
+// no multipart uploads; no persistence. Older InvenioRDM versions deleted a
+// committed file when its content was uploaded again and answered 200 with
+// "errors"; this stub follows the current refusal (400).
 //
 // Invenio is safe for concurrent use.
 type Invenio struct {
@@ -174,7 +243,12 @@ type Invenio struct {
 	stubLife // mu guards what follows
 	records  map[string]*ivRecord
 	order    []*ivRecord
-	seq      uint64
+	parents  map[string]*ivParent
+	requests map[string]*ivRequest // review requests not deleted
+	reqOrder []*ivRequest
+	seq      uint64    // record ids drawn
+	pseq     uint64    // parent ids drawn
+	rseq     uint64    // request ids drawn
 	window   time.Time // start of the current rate-limit window
 	used     int       // requests in the window
 	sused    int       // searches in the window
@@ -191,6 +265,9 @@ type ivRecord struct {
 	files     []*ivFile
 	created   time.Time
 	updated   time.Time
+	parent    *ivParent  // the versions this record is one of
+	index     int        // versions.index: 1 for the first version
+	review    *ivRequest // the draft's community submission, until accepted or removed
 
 	// Search sees indexed; pending replaces it at pendingAt.
 	indexed   *ivHit
@@ -213,6 +290,13 @@ type ivHit struct {
 	tokens      map[string]bool
 	created     time.Time
 	gone        bool // discarded: not a hit any more
+
+	// As they were when the record was indexed.
+	parent      string
+	index       int
+	published   bool
+	latest      bool // versions.is_latest
+	latestDraft bool // versions.is_latest_draft
 }
 
 // NewInvenio returns an InvenioRDM stub for cfg.
@@ -227,13 +311,17 @@ func NewInvenio(cfg InvenioConfig) (*Invenio, error) {
 	if cfg.DOIPrefix == "" {
 		cfg.DOIPrefix = "10.5072"
 	}
+	cfg.Communities = slices.Clone(cfg.Communities)
 	if cfg.MaxFiles == 0 {
 		cfg.MaxFiles = 100
 	}
 	if cfg.Window == 0 {
 		cfg.Window = time.Minute
 	}
-	iv := &Invenio{cfg: cfg, stubLife: newStubLife(), now: time.Now, records: map[string]*ivRecord{}}
+	iv := &Invenio{
+		cfg: cfg, stubLife: newStubLife(), now: time.Now,
+		records: map[string]*ivRecord{}, parents: map[string]*ivParent{}, requests: map[string]*ivRequest{},
+	}
 	iv.inj = newInjector(faults, cfg.Seed, cfg.Latency, time.Now, iv.done, injectedIVError, &iv.mu)
 	return iv, nil
 }
@@ -259,7 +347,13 @@ func (iv *Invenio) Records() []InvenioRecord {
 		if r.discarded {
 			continue
 		}
-		rec := InvenioRecord{ID: r.id, Published: r.published, DOI: r.doi, Identifiers: identifierValues(r.body), Created: r.created}
+		rec := InvenioRecord{
+			ID: r.id, Published: r.published, DOI: r.doi, Identifiers: identifierValues(r.body), Created: r.created,
+			Parent: r.parent.id, Version: r.index, Communities: slices.Clone(r.parent.communities),
+		}
+		if r.review != nil {
+			rec.Review = r.review.status
+		}
 		for _, f := range r.files {
 			st := "pending"
 			if f.checksum != "" {
@@ -283,12 +377,12 @@ func (iv *Invenio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ivError(w, http.StatusNotFound, "The requested URL was not found on the server.")
 		return
 	}
-	search := rest == "user/records"
-	if !iv.admit(w, search) {
+	if !iv.admit(w, isIVSearch(r.Method, rest)) {
 		return
 	}
 	authed := iv.cfg.Token == "" || r.Header.Get("Authorization") == "Bearer "+iv.cfg.Token
-	if search {
+	switch {
+	case rest == "user/records":
 		if r.Method != http.MethodGet {
 			ivError(w, http.StatusMethodNotAllowed, "The method is not allowed for the requested URL.")
 			return
@@ -298,34 +392,77 @@ func (iv *Invenio) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		iv.search(w, r)
-		return
-	}
-	if rest == "records" {
-		if r.Method != http.MethodPost {
+	case rest == "records":
+		switch {
+		case r.Method == http.MethodGet:
+			iv.searchRecords(w, r)
+		case r.Method != http.MethodPost:
 			ivError(w, http.StatusMethodNotAllowed, "The method is not allowed for the requested URL.")
-			return
+		case !authed:
+			ivError(w, http.StatusForbidden, "Permission denied.")
+		default:
+			iv.create(w, r)
 		}
+	case strings.HasPrefix(rest, "records/"):
+		id, sub, _ := strings.Cut(strings.TrimPrefix(rest, "records/"), "/")
+		iv.serveRecord(w, r, id, sub, authed)
+	case strings.HasPrefix(rest, "requests/") && r.Method == http.MethodGet:
 		if !authed {
 			ivError(w, http.StatusForbidden, "Permission denied.")
 			return
 		}
-		iv.create(w, r)
-		return
-	}
-	tail, ok := strings.CutPrefix(rest, "records/")
-	if !ok {
+		iv.readRequest(w, r, strings.TrimPrefix(rest, "requests/"))
+	default:
 		ivError(w, http.StatusNotFound, "The requested URL was not found on the server.")
-		return
 	}
-	id, sub, _ := strings.Cut(tail, "/")
-	if sub == "" && r.Method == http.MethodGet {
-		iv.readRecord(w, r, id, authed)
-		return
+}
+
+// isIVSearch reports whether a request counts against the search budget:
+// the searches of records, of the user's records and of a record's versions.
+func isIVSearch(method, rest string) bool {
+	if rest == "user/records" {
+		return true
+	}
+	return method == http.MethodGet && (rest == "records" || strings.HasPrefix(rest, "records/") && strings.HasSuffix(rest, "/versions"))
+}
+
+// serveRecord answers the paths under /api/records/{id}: reads of published
+// records and their versions for anyone, everything else for the token's
+// user.
+func (iv *Invenio) serveRecord(w http.ResponseWriter, r *http.Request, id, sub string, authed bool) {
+	if r.Method == http.MethodGet {
+		switch sub {
+		case "":
+			iv.readRecord(w, r, id, authed)
+			return
+		case "versions":
+			iv.listVersions(w, r, id)
+			return
+		case "versions/latest":
+			iv.readLatest(w, r, id)
+			return
+		}
 	}
 	if !authed {
 		ivError(w, http.StatusForbidden, "Permission denied.")
 		return
 	}
+	switch {
+	case sub == "versions" && r.Method == http.MethodPost:
+		iv.newVersion(w, r, id)
+	case sub == "draft/actions/files-import" && r.Method == http.MethodPost:
+		iv.importFiles(w, r, id)
+	case sub == "draft/review":
+		iv.serveReview(w, r, id)
+	case sub == "draft/actions/submit-review" && r.Method == http.MethodPost:
+		iv.submitReview(w, r, id)
+	default:
+		iv.serveDraft(w, r, id, sub)
+	}
+}
+
+// serveDraft answers a draft, its publish action and its files.
+func (iv *Invenio) serveDraft(w http.ResponseWriter, r *http.Request, id, sub string) {
 	switch {
 	case sub == "draft":
 		switch r.Method {
@@ -432,7 +569,9 @@ func (iv *Invenio) create(w http.ResponseWriter, r *http.Request) {
 	}
 	iv.mu.Lock()
 	now := iv.now()
-	rec := &ivRecord{id: iv.newID(), body: draftBody(doc), created: now, updated: now}
+	rec := &ivRecord{id: iv.newID(), body: draftBody(doc), created: now, updated: now, index: 1}
+	rec.parent = iv.newParent()
+	rec.parent.next = rec
 	iv.records[rec.id] = rec
 	iv.order = append(iv.order, rec)
 	iv.stats.Drafts++
@@ -515,23 +654,36 @@ func (iv *Invenio) updateDraft(w http.ResponseWriter, r *http.Request, id string
 	iv.finish(w, r, ft, http.StatusOK, out)
 }
 
-// discard serves DELETE /api/records/{id}/draft: the draft and its files
-// are gone, and the index is refreshed at once.
+// discard serves DELETE /api/records/{id}/draft: the draft, its files and
+// a review not yet submitted are gone, and the index is refreshed at once.
+// A draft whose review is submitted is refused, as InvenioRDM does.
 func (iv *Invenio) discard(w http.ResponseWriter, id string) {
 	iv.mu.Lock()
 	rec := iv.draft(id)
-	if rec != nil {
+	reviewOpen := rec != nil && rec.review != nil && rec.review.open()
+	if rec != nil && !reviewOpen {
 		rec.discarded = true
 		iv.stats.Discarded++
+		iv.dropReview(rec)
+		if p := rec.parent; p.next == rec {
+			p.next = nil
+			if p.latest != nil {
+				iv.reindex(p.latest) // is the latest draft again
+			}
+		}
 		rec.pending, rec.pendingAt = &ivHit{gone: true}, iv.now()
 		iv.refresh(iv.now().Add(time.Duration(math.MaxInt64 / 2)))
 	}
 	iv.mu.Unlock()
-	if rec == nil {
+	switch {
+	case rec == nil:
 		ivError(w, http.StatusNotFound, "Draft not found.")
-		return
+	case reviewOpen:
+		// invenio-rdm-records services/components/review.py, delete_draft.
+		ivError(w, http.StatusBadRequest, "You cannot delete a draft with an open review. Please cancel the review first.")
+	default:
+		w.WriteHeader(http.StatusNoContent)
 	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // readRecord serves GET /api/records/{id}.
@@ -563,13 +715,19 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 	iv.mu.Lock()
 	rec := iv.draft(id)
 	var errs []ivFieldError
+	reviewOpen := false
 	if rec != nil {
 		errs = publishErrors(rec)
+		reviewOpen = rec.review != nil && !rec.review.closed()
 	}
 	iv.mu.Unlock()
 	switch {
 	case rec == nil:
 		ivError(w, http.StatusNotFound, "Draft not found.")
+		return
+	case reviewOpen:
+		// invenio-rdm-records services/components/review.py, publish.
+		ivError(w, http.StatusBadRequest, "You cannot publish a draft with an open review request. Please cancel the review request first.")
 		return
 	case len(errs) > 0:
 		ivValidation(w, errs)
@@ -581,20 +739,10 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	iv.mu.Lock()
 	var out []byte
-	if rec.published {
-		rec = nil // published meanwhile by a concurrent request
+	if rec.published || rec.discarded {
+		rec = nil // published or discarded meanwhile by a concurrent request
 	} else {
-		rec.published = true
-		rec.updated = iv.now()
-		rec.doi = iv.cfg.DOIPrefix + "/" + rec.id
-		pids, _ := rec.body["pids"].(map[string]any)
-		if doi, ok := pids["doi"].(map[string]any); ok && doi["identifier"] != nil {
-			rec.doi, _ = doi["identifier"].(string)
-		} else {
-			pids["doi"] = map[string]any{"identifier": rec.doi, "provider": "datacite", "client": "datacite"}
-		}
-		iv.stats.Published++
-		iv.reindex(rec)
+		iv.commitPublish(rec)
 		out = rec.answer(r, nil)
 	}
 	iv.mu.Unlock()
@@ -608,6 +756,32 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	iv.finish(w, r, ft, http.StatusAccepted, out)
+}
+
+// commitPublish publishes the draft rec: it mints its DOI (unless it names
+// one) and makes it the latest version of its parent. iv.mu is held.
+func (iv *Invenio) commitPublish(rec *ivRecord) {
+	rec.published = true
+	rec.updated = iv.now()
+	rec.doi = iv.cfg.DOIPrefix + "/" + rec.id
+	pids, _ := rec.body["pids"].(map[string]any)
+	if doi, ok := pids["doi"].(map[string]any); ok && doi["identifier"] != nil {
+		rec.doi, _ = doi["identifier"].(string)
+	} else {
+		pids["doi"] = map[string]any{"identifier": rec.doi, "provider": "datacite", "client": "datacite"}
+	}
+	iv.stats.Published++
+	p := rec.parent
+	previous := p.latest
+	p.latest = rec
+	if p.next == rec {
+		p.next = nil
+	}
+	iv.reindex(rec)
+	if previous != nil {
+		// Upstream reindexes the version that was latest (is_latest false now).
+		iv.reindex(previous)
+	}
 }
 
 // publishErrors are the validation errors that refuse a publish. iv.mu is
@@ -865,72 +1039,113 @@ func (iv *Invenio) commit(w http.ResponseWriter, r *http.Request, id, key string
 	iv.finish(w, r, ft, http.StatusOK, out)
 }
 
-// search serves GET /api/user/records.
+// search serves GET /api/user/records: the user's drafts and records, one
+// hit per record and, unless allversions is true, only the latest draft of
+// each record's versions (versions.is_latest_draft), newest first.
 func (iv *Invenio) search(w http.ResponseWriter, r *http.Request) {
-	query := r.URL.Query()
-	page, size := 1, 10
-	var errs []ivFieldError
-	for name, dst := range map[string]*int{"page": &page, "size": &size} {
-		if v := query.Get(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				errs = append(errs, ivFieldError{Field: name, Messages: []string{"Must be greater than or equal to 1."}})
-				continue
-			}
-			*dst = n
-		}
-	}
-	if len(errs) > 0 {
-		ivValidation(w, errs)
-		return
-	}
-	if page*size > 10000 {
-		ivError(w, http.StatusBadRequest, "Result window is too large: page * size must be at most 10000.")
+	sp, ok := parseIVSearch(w, r)
+	if !ok {
 		return
 	}
 	ft, answered := iv.fault(w, "read", "search\x00"+r.URL.RawQuery, false)
 	if answered {
 		return
 	}
-	match, parsed := parseIVQuery(query.Get("q"))
-	published := query.Get("is_published")
+	published := r.URL.Query().Get("is_published")
+	hits := iv.hits(sp, func(h *ivHit) bool {
+		if published != "" && strconv.FormatBool(h.published) != published {
+			return false
+		}
+		return sp.all || h.latestDraft
+	})
+	slices.SortStableFunc(hits, func(a, b *ivHit) int { return b.created.Compare(a.created) })
+	iv.finish(w, r, ft, http.StatusOK, hitsAnswer(r, hits, sp, "newest", true))
+}
 
+// ivSearch is what a search asks for: its page, its query, and whether it
+// wants every version or only the latest.
+type ivSearch struct {
+	page, size int
+	all        bool // allversions=true
+	match      func(*ivHit) bool
+	parsed     bool // q was a query the stub parses
+}
+
+// parseIVSearch reads page, size, allversions and q, and answers 400 for
+// a value InvenioRDM refuses.
+func parseIVSearch(w http.ResponseWriter, r *http.Request) (ivSearch, bool) {
+	query := r.URL.Query()
+	sp := ivSearch{page: 1, size: 10}
+	var errs []ivFieldError
+	for _, param := range []struct {
+		name string
+		dst  *int
+	}{{"page", &sp.page}, {"size", &sp.size}} {
+		if v := query.Get(param.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				errs = append(errs, ivFieldError{Field: param.name, Messages: []string{"Must be greater than or equal to 1."}})
+				continue
+			}
+			*param.dst = n
+		}
+	}
+	if v := query.Get("allversions"); v != "" {
+		all, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, ivFieldError{Field: "allversions", Messages: []string{"Not a valid boolean."}})
+		}
+		sp.all = all
+	}
+	if len(errs) > 0 {
+		ivValidation(w, errs)
+		return sp, false
+	}
+	if sp.page*sp.size > 10000 {
+		ivError(w, http.StatusBadRequest, "Result window is too large: page * size must be at most 10000.")
+		return sp, false
+	}
+	sp.match, sp.parsed = parseIVQuery(query.Get("q"))
+	return sp, true
+}
+
+// hits are the indexed records that match sp's query and keep, in creation
+// order. It counts the search.
+func (iv *Invenio) hits(sp ivSearch, keep func(*ivHit) bool) []*ivHit {
 	iv.mu.Lock()
+	defer iv.mu.Unlock()
 	iv.stats.Searches++
-	if !parsed {
+	if !sp.parsed {
 		iv.stats.FallbackQueries++
 	}
 	iv.refresh(iv.now())
 	var hits []*ivHit
 	for _, rec := range iv.order {
-		h := rec.indexed
-		if h == nil || h.gone || !match(h) {
-			continue
+		if h := rec.indexed; h != nil && !h.gone && sp.match(h) && keep(h) {
+			hits = append(hits, h)
 		}
-		if pub, _ := h.doc["is_published"].(bool); published != "" && strconv.FormatBool(pub) != published {
-			continue
-		}
-		hits = append(hits, h)
 	}
-	iv.mu.Unlock()
-	slices.SortStableFunc(hits, func(a, b *ivHit) int { return b.created.Compare(a.created) })
+	return hits
+}
+
+// hitsAnswer is the JSON of one page of hits.
+func hitsAnswer(r *http.Request, hits []*ivHit, sp ivSearch, sortBy string, aggregations bool) []byte {
 	total := len(hits)
-	from := min((page-1)*size, total)
-	docs := make([]map[string]any, 0, size)
-	for _, h := range hits[from:min(from+size, total)] {
+	from := min((sp.page-1)*sp.size, total)
+	docs := make([]map[string]any, 0, sp.size)
+	for _, h := range hits[from:min(from+sp.size, total)] {
 		docs = append(docs, h.doc)
 	}
-	links := map[string]any{"self": pageURL(r, page, size)}
-	if from+size < total {
-		links["next"] = pageURL(r, page+1, size)
+	links := map[string]any{"self": pageURL(r, sp.page, sp.size)}
+	if from+sp.size < total {
+		links["next"] = pageURL(r, sp.page+1, sp.size)
 	}
-	out, _ := json.Marshal(map[string]any{
-		"hits":         map[string]any{"hits": docs, "total": total},
-		"aggregations": map[string]any{},
-		"links":        links,
-		"sortBy":       "newest",
-	})
-	iv.finish(w, r, ft, http.StatusOK, out)
+	answer := map[string]any{"hits": map[string]any{"hits": docs, "total": total}, "links": links, "sortBy": sortBy}
+	if aggregations {
+		answer["aggregations"] = map[string]any{}
+	}
+	out, _ := json.Marshal(answer)
+	return out
 }
 
 // parseIVQuery returns the matcher for q and whether q was a query the stub
@@ -986,7 +1201,11 @@ func pageURL(r *http.Request, page, size int) string {
 
 // reindex queues what search will show of rec after the lag. iv.mu is held.
 func (iv *Invenio) reindex(rec *ivRecord) {
-	h := &ivHit{doc: rec.hitDoc(), identifiers: identifierValues(rec.body), created: rec.created}
+	h := &ivHit{
+		doc: rec.hitDoc(), identifiers: identifierValues(rec.body), created: rec.created,
+		parent: rec.parent.id, index: rec.index, published: rec.published,
+		latest: rec.isLatest(), latestDraft: rec.isLatestDraft(),
+	}
 	md, _ := rec.body["metadata"].(map[string]any)
 	title, _ := md["title"].(string)
 	h.tokens = tokens(title + " " + strings.Join(h.identifiers, " ") + " " + rec.id)
@@ -1034,10 +1253,17 @@ func (iv *Invenio) newID() string {
 			id[i] = alphabet[sum[j]%32]
 			j++
 		}
-		if _, taken := iv.records[string(id[:])]; !taken {
+		if !iv.taken(string(id[:])) {
 			return string(id[:])
 		}
 	}
+}
+
+// taken reports whether id names a record or a parent. iv.mu is held.
+func (iv *Invenio) taken(id string) bool {
+	_, rec := iv.records[id]
+	_, parent := iv.parents[id]
+	return rec || parent
 }
 
 // fault numbers a write (or, with the reads rule, a read) and injects the
@@ -1092,9 +1318,17 @@ func (rec *ivRecord) doc(r *http.Request) map[string]any {
 		links["publish"] = absURL(r, base+"/draft/actions/publish")
 		links["self_html"] = absURL(r, "/uploads/"+rec.id)
 	}
+	if !rec.published {
+		links["review"] = absURL(r, base+"/draft/review")
+		links["submit-review"] = absURL(r, base+"/draft/actions/submit-review")
+	}
+	links["latest"] = absURL(r, base+"/versions/latest")
+	links["versions"] = absURL(r, base+"/versions")
 	d["id"] = rec.id
 	d["is_published"] = rec.published
 	d["is_draft"] = !rec.published
+	d["parent"] = rec.parentDoc(true)
+	d["versions"] = rec.versionsDoc()
 	d["links"] = links
 	d["created"] = rec.created.UTC().Format(time.RFC3339Nano)
 	d["updated"] = rec.updated.UTC().Format(time.RFC3339Nano)
@@ -1111,6 +1345,8 @@ func (rec *ivRecord) hitDoc() map[string]any {
 	d["id"] = rec.id
 	d["is_published"] = rec.published
 	d["is_draft"] = !rec.published
+	d["parent"] = rec.parentDoc(false)
+	d["versions"] = rec.versionsDoc()
 	d["created"] = rec.created.UTC().Format(time.RFC3339Nano)
 	// Marshal once, so that later writes to rec.body do not change what
 	// the index holds.
