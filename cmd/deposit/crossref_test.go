@@ -131,3 +131,68 @@ func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
 		require.Equal(t, dedup.StateDone, row.State, row.Key)
 	}
 }
+
+// The local command pair of docs/targets/crossref.md: deposit serve
+// --protocol crossref and deposit run against it, with the login the stub
+// asks for; deposit key prints the keys the run stored; a run without the
+// login at a remote endpoint is a usage error.
+func TestServeCrossrefAndRunAgainstIt(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"CROSSREF_LOGIN": "lab", "CROSSREF_PASSWORD": "Serve-pw-2Lm"}
+	p := &process{cmd: exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--protocol", "crossref", "--queue-delay", "20ms", "--faults", "drop=0.3,500=0.2"),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CROSSREF_LOGIN=lab", "CROSSREF_PASSWORD=Serve-pw-2Lm"}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	require.NoError(t, p.cmd.Start())
+	var url string
+	waitUntil(func() bool {
+		line, _, ok := strings.Cut(p.stdout.String(), "\n")
+		_, rest, _ := strings.Cut(line, "listening on ")
+		url, _, _ = strings.Cut(rest, " ")
+		return ok
+	})
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), p.stdout.String())
+
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, crossrefWork(t, dir, i, 1, 20260101000000000, "b"))
+	}
+	input := writeFile(t, dir, "works.jsonl", lines...)
+	db, results := filepath.Join(dir, "deposit.db"), filepath.Join(dir, "results.jsonl")
+	args := []string{"run", "--protocol", "crossref", "--endpoint", url + "/servlet/deposit", "--db", db, "--results", results, "--json", input}
+	r := deposit(t, env, args...)
+	for round := 1; r.code == exitUnresolved && round < 10; round++ {
+		r = deposit(t, env, args...)
+	}
+	require.Equal(t, exitDone, r.code, r.stderr)
+	r = deposit(t, env, args...)
+	require.Equal(t, 3, summaryOf(t, r.stdout).Replayed, r.stderr)
+
+	keys := deposit(t, nil, "key", "--protocol", "crossref", input)
+	require.Equal(t, exitDone, keys.code, keys.stderr)
+	var stored []string
+	for _, row := range storeRows(t, db) {
+		require.Equal(t, dedup.StateDone, row.State)
+		require.True(t, strings.HasPrefix(row.Identifier, "10.5555/chaos-"), row.Identifier)
+		stored = append(stored, row.Key)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(keys.stdout), "\n") {
+		_, key, _ := strings.Cut(l, "\t")
+		require.Contains(t, stored, key)
+	}
+
+	r = deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", "https://test.crossref.org/servlet/deposit", "--db", filepath.Join(dir, "other.db"), input)
+	require.Equal(t, exitStop, r.code)
+	require.Contains(t, r.stderr, "set CROSSREF_LOGIN and CROSSREF_PASSWORD")
+	r = deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", url+"/servlet/deposit", "--db", filepath.Join(dir, "other.db"), input)
+	require.Equal(t, exitStop, r.code, "the stub asks for the login")
+	require.Contains(t, r.stderr, "Crossref refused the login")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, exitDone, p.wait(t), p.stderr.String())
+	require.Contains(t, p.stdout.String(), "3 DOIs registered")
+	require.Contains(t, p.stdout.String(), "0 re-sent under a name already queued")
+	out, err := os.ReadFile(results)
+	require.NoError(t, err)
+	require.NotContains(t, string(out)+r.stderr+p.stdout.String(), "Serve-pw-2Lm")
+}
