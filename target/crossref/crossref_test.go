@@ -305,6 +305,7 @@ func TestAResumedDepositPollsTheFirstUploadAndNeverSendsTheRegeneratedFile(t *te
 	_, err = c.Deposit(context.Background(), line("10.5555/a", "Reef", 1, "b-1"))
 	require.ErrorIs(t, err, client.ErrUnresolved)
 	require.ErrorContains(t, err, "not yet settled")
+	require.ErrorContains(t, err, "queued at Crossref")
 	require.NoError(t, store.Close())
 
 	rs, sum := e.run(line("10.5555/a", "Reef", 2, "b-2"))
