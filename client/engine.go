@@ -394,7 +394,7 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume) error
 		// The primary step's intent is the deposit's claim; another
 		// durable step records its own here.
 		if s.Durable && !s.Primary {
-			rec, err := r.begin(ctx, s, nil)
+			rec, err := r.begin(ctx, s)
 			if err != nil {
 				return err
 			}
@@ -459,18 +459,16 @@ func (r *runDeposit) replay(rec dedup.Record) {
 	r.res.Identifier, r.res.Outcome, r.res.Status = rec.Identifier, OutcomeReplayed, rec.Status
 }
 
-// begin records the intent of step s: its pending row, holding body when
-// the step keeps the first body sent. The intent of a step the server does
-// not arbitrate is committed durably across power loss: lost, it would let
-// the next run send the step again without its check looking first.
-func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Record, error) {
-	if !s.KeepBody {
-		body = nil
-	}
+// begin records the intent of step s, a durable step other than the
+// primary one (whose intent is the deposit's claim): its pending row. The
+// intent of a step the server does not arbitrate is committed durably
+// across power loss: lost, it would let the next run send the step again
+// without its check looking first.
+func (r *runDeposit) begin(ctx context.Context, s *step) (dedup.Record, error) {
 	if !s.Arbitrated {
 		ctx = dedup.WithDurableCommit(ctx)
 	}
-	rec, err := r.c.store.Begin(ctx, s.Target, s.Key, body)
+	rec, err := r.c.store.Begin(ctx, s.Target, s.Key, nil)
 	if err != nil {
 		return rec, r.c.storeError(err)
 	}

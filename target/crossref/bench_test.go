@@ -15,17 +15,23 @@ import (
 )
 
 // BenchmarkDeposit deposits batches of 100 new works through the Crossref
-// stub on 127.0.0.1 (results at once), with a SQLite store, concurrency 8,
-// and reports DOIs per second and requests per DOI (uploads, result
-// downloads, queries), without faults and with uploads dropped after they
-// were queued, 503s and 500s after queuing, downloads faulted too.
+// stub on 127.0.0.1, with a SQLite store, concurrency 8, and reports DOIs
+// per second and requests per DOI (uploads, result downloads, queries):
+// results at once without faults; with uploads dropped after they were
+// queued, 503s and 500s after queuing, downloads faulted too; and with
+// each upload queued 20ms, then 20ms in process, polled meanwhile.
 func BenchmarkDeposit(b *testing.B) {
-	for _, bc := range []struct{ name, faults string }{
-		{"faults=none", ""},
-		{"faults=drop,503,500", "drop=0.1,503=0.1,500=0.1,reads"},
+	for _, bc := range []struct {
+		name, faults string
+		queue        time.Duration
+	}{
+		{"faults=none", "", 0},
+		{"faults=drop,503,500", "drop=0.1,503=0.1,500=0.1,reads", 0},
+		{"queue=20ms+20ms", "", 20 * time.Millisecond},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password, Faults: bc.faults, Seed: 3})
+			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password, Faults: bc.faults, Seed: 3,
+				QueueDelay: bc.queue, ProcessDelay: bc.queue})
 			if err != nil {
 				b.Fatal(err)
 			}
