@@ -470,7 +470,7 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 	if it.Dataset != nil {
 		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
 	} else {
-		k, err = c.keyer.Key(it.Payload)
+		k, err = KeyPayload(c.keyer, c.target, it.Payload)
 	}
 	if err != nil {
 		return k, &ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}

@@ -411,11 +411,35 @@ func (c *Client) StoreTarget() string { return c.target.Name() }
 
 // Key returns the key and request body of a payload without depositing it.
 func (c *Client) Key(payload []byte) (canonical.Keyed, error) {
-	k, err := c.keyer.Key(payload)
+	k, err := KeyPayload(c.keyer, c.target, payload)
 	if err != nil {
 		return k, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return k, nil
+}
+
+// KeyPayload returns the key and body of payload under keyer, as drv reads
+// it: a driver.Payloader gives the body its steps receive and the text the
+// key covers; any other driver the payload as it is.
+func KeyPayload(keyer *canonical.Keyer, drv driver.Driver, payload []byte) (canonical.Keyed, error) {
+	k, err := keyer.Key(payload)
+	p, ok := drv.(driver.Payloader)
+	if err != nil || !ok {
+		return k, err
+	}
+	body, keyText, err := p.Payload(k.Body)
+	if err != nil {
+		return canonical.Keyed{}, err
+	}
+	kb, err := keyer.Key(body)
+	if err != nil {
+		return canonical.Keyed{}, fmt.Errorf("the body the target made: %w", err)
+	}
+	kk, err := keyer.Key(keyText)
+	if err != nil {
+		return canonical.Keyed{}, fmt.Errorf("the text the target keys: %w", err)
+	}
+	return canonical.Keyed{Key: kk.Key, Body: kb.Body}, nil
 }
 
 // Deposit ensures exactly one record exists on the server for payload (JSON

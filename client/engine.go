@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -157,7 +158,10 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	if err != nil {
 		return r.res, r.end, err
 	}
-	if err := r.runFrom(ctx, steps, p, primaryBody); err != nil {
+	if steps, err = r.keptSteps(k, dir, steps, primaryBody); err != nil {
+		return r.res, r.end, err
+	}
+	if err := r.runFrom(ctx, steps, p); err != nil {
 		return r.res, r.end, err
 	}
 	r.noteRecordID(steps, p.prior)
@@ -323,7 +327,7 @@ func (r *runDeposit) ended(ctx context.Context, ref dedup.Ref, drop func(), err 
 
 // resumeClaimed takes what the claim found of the primary step: settled or
 // failed by another process meanwhile, or pending from an earlier attempt
-// (whose body is returned, to be re-sent byte for byte).
+// (whose kept payload is returned: the steps are built from it again).
 func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error) {
 	claimed, pi := got.Record, p.pi
 	p.uncertain = make([]bool, len(p.recs))
@@ -352,19 +356,45 @@ func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error)
 	return nil, nil
 }
 
+// keptSteps are the deposit's steps built from kept, the payload an
+// earlier attempt's intent kept (Step.KeepBody), so that a resumed
+// deposit sends what it first sent, whatever the payload given now holds
+// beside its key (a regenerated Crossref file's clock); steps when nothing
+// was kept.
+func (r *runDeposit) keptSteps(k canonical.Keyed, dir string, steps []step, kept []byte) ([]step, error) {
+	if len(kept) == 0 || bytes.Equal(kept, k.Body) {
+		return steps, nil
+	}
+	k.Body = kept
+	again, err := r.c.stepsOf(k, dir)
+	if err != nil {
+		if !errors.Is(err, ErrStopRun) {
+			err = fmt.Errorf("%w: the payload an earlier attempt kept: %w", ErrInvalid, err)
+		}
+		return nil, err
+	}
+	if len(again) != len(steps) {
+		return nil, fmt.Errorf("%w: client: the target gave %d steps for the kept payload, %d for the payload", ErrStopRun, len(again), len(steps))
+	}
+	for i := range again {
+		if again[i].Primary {
+			r.primary = &again[i]
+		}
+	}
+	r.last = &again[len(again)-1]
+	return again, nil
+}
+
 // runFrom runs the steps from the first unfinished one, in order, each
-// once the earlier ones are confirmed. primaryBody is the body the primary
-// step's intent kept.
-func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume, primaryBody []byte) error {
+// once the earlier ones are confirmed.
+func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume) error {
 	prior, uncertain := p.prior, p.uncertain
 	for i := p.start; i < len(steps); i++ {
 		s := &steps[i]
-		var body []byte
-		switch {
-		case s.Primary:
-			body = primaryBody
-		case s.Durable:
-			rec, err := r.begin(ctx, s, nil)
+		// The primary step's intent is the deposit's claim; another
+		// durable step records its own here.
+		if s.Durable && !s.Primary {
+			rec, err := r.begin(ctx, s)
 			if err != nil {
 				return err
 			}
@@ -375,7 +405,7 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume, prima
 			case dedup.StateFailed:
 				return stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
 			}
-			body, uncertain[i] = rec.Body, rec.Attempts > 1
+			uncertain[i] = rec.Attempts > 1
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			// Settled by this deposit's own earlier steps (step.settled).
@@ -385,7 +415,7 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume, prima
 			}
 			continue
 		}
-		id, err := r.guard(ctx, s, prior[:i], body, uncertain[i] || p.recs[i] != nil)
+		id, err := r.guard(ctx, s, prior[:i], uncertain[i] || p.recs[i] != nil)
 		if err != nil {
 			return stepError(s.Label, err)
 		}
@@ -429,18 +459,16 @@ func (r *runDeposit) replay(rec dedup.Record) {
 	r.res.Identifier, r.res.Outcome, r.res.Status = rec.Identifier, OutcomeReplayed, rec.Status
 }
 
-// begin records the intent of step s: its pending row, holding body when
-// the step keeps the first body sent. The intent of a step the server does
-// not arbitrate is committed durably across power loss: lost, it would let
-// the next run send the step again without its check looking first.
-func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Record, error) {
-	if !s.KeepBody {
-		body = nil
-	}
+// begin records the intent of step s, a durable step other than the
+// primary one (whose intent is the deposit's claim): its pending row. The
+// intent of a step the server does not arbitrate is committed durably
+// across power loss: lost, it would let the next run send the step again
+// without its check looking first.
+func (r *runDeposit) begin(ctx context.Context, s *step) (dedup.Record, error) {
 	if !s.Arbitrated {
 		ctx = dedup.WithDurableCommit(ctx)
 	}
-	rec, err := r.c.store.Begin(ctx, s.Target, s.Key, body)
+	rec, err := r.c.store.Begin(ctx, s.Target, s.Key, nil)
 	if err != nil {
 		return rec, r.c.storeError(err)
 	}
@@ -448,7 +476,6 @@ func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Rec
 }
 
 // guard sends step s until an answer settles it and records the outcome.
-// kept is the body an earlier attempt recorded (re-sent byte for byte);
 // uncertain says that the store shows an earlier attempt, whose effect a
 // step the server does not arbitrate looks for before sending again. It
 // returns the step's identifier.
@@ -458,14 +485,11 @@ func (r *runDeposit) begin(ctx context.Context, s *step, body []byte) (dedup.Rec
 // shows from an earlier run or another process sharing the store, or one
 // of this exchange answered ambiguously. Only when nothing this deposit
 // sent could have made it is the step existing (see exists).
-func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, kept []byte, uncertain bool) (string, error) {
+func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncertain bool) (string, error) {
 	c := r.c
 	req, err := s.Build(prior)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if len(kept) > 0 {
-		req.Body = kept
 	}
 	req.Header = c.withUserHeader(req.Header)
 

@@ -96,9 +96,12 @@
 // before its first request and it is done only on the server's
 // confirmation, so a re-run answers it from the store and a crash leaves
 // a row that says the request may have been sent. [Step.KeepBody] stores
-// the exact bytes first sent in the primary step's intent row, and every
-// later attempt, after a restart too, re-sends those bytes: use it where
-// the server compares a retried body with the first (an Idempotency-Key).
+// the payload first deposited in the primary step's intent row, and every
+// later attempt, after a restart too, builds its steps from that payload:
+// a Build that depends only on Keyed.Body re-sends the bytes first sent.
+// Use it where the server compares a retried body with the first (an
+// Idempotency-Key), or where a payload that keys the same may carry
+// another version (a regenerated Crossref file with a new <timestamp>).
 //
 // # Rules for a list of steps
 //
@@ -125,8 +128,11 @@
 // As with database/sql/driver, optional behaviour is an interface the
 // engine looks for on the Driver: [TransportWrapper] (a signer: wrapped
 // around the client's transport, beneath the engine's rate limit),
-// [RateSetter] (the default request rate when the caller sets none) and
-// [RequestPacer] (a rate of its own for some requests). The recovery of a
+// [RateSetter] (the default request rate when the caller sets none),
+// [RequestPacer] (a rate of its own for some requests) and [Payloader]
+// (a payload read and keyed its own way: the body the steps receive, and
+// the text the key covers, which may leave out what an ignore pointer
+// cannot reach, such as the clock inside an XML string). The recovery of a
 // lost store by scanning the server for markers is not part of the
 // contract yet: it rests on the store's scan tables, so only the built-in
 // InvenioRDM target has it. A target outside package client that

@@ -58,3 +58,16 @@ type RateSetter interface {
 type RequestPacer interface {
 	Pacer() func(*http.Request) *backoff.Limiter
 }
+
+// Payloader is a Driver that reads a payload its own way before it is
+// keyed (Crossref's: a work's deposit XML, inline or in a file beside the
+// input, keyed without the clock and batch id a regenerated file changes).
+// The engine calls Payload with the payload's canonical bytes and keys
+// keyText in its stead; both returned texts are JSON, which the engine
+// canonicalizes in the client's form, so that body becomes Keyed.Body (what
+// the steps receive, and what [Step.KeepBody] keeps) and the key is the key
+// of keyText with the client's ignored members left out. An error makes the
+// payload invalid; nothing is recorded then.
+type Payloader interface {
+	Payload(canonical []byte) (body, keyText []byte, err error)
+}

@@ -37,9 +37,12 @@ type Step struct {
 	// the request is sent again, and before it is sent at all when the
 	// store shows an earlier attempt.
 	Arbitrated bool
-	// KeepBody keeps the exact bytes first sent in the intent row: every
-	// later attempt, after a restart too, re-sends those bytes, not a body
-	// built afresh. Only the primary step may keep its body.
+	// KeepBody keeps the payload first deposited (its Keyed.Body) in the
+	// intent row: every later attempt, after a restart too, runs steps
+	// built from that body, not from the one given now (which has the same
+	// key, but may differ in what the key leaves out), so a Build that
+	// depends only on Keyed.Body re-sends the exact bytes first sent. Only
+	// the primary step may keep its body.
 	KeepBody bool
 	// Accepts says that the server may answer the request [Accepted]: it
 	// took the request and settles it later (a publication finished in the

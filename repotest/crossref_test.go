@@ -512,3 +512,29 @@ func TestCrossrefAnswersTheUploadedFileAndRefusesWhatItCannotServe(t *testing.T)
 	require.Equal(t, http.StatusBadRequest, a.status, "only unixsd")
 	require.Equal(t, int64(1), s.Stats().Uploads)
 }
+
+// A download reads the clock after the request's first look at the queue:
+// a submission that falls due between the two is answered completed with
+// its results, never completed and empty.
+func TestCrossrefACompletedResultAlwaysCarriesItsRecords(t *testing.T) {
+	for delay := 10; delay < 14; delay++ {
+		var mu sync.Mutex
+		tick := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		s := startCrossref(t, CrossrefConfig{ProcessDelay: time.Duration(delay)}, nil)
+		s.c.cfg.now = func() time.Time { // every read a nanosecond later
+			mu.Lock()
+			defer mu.Unlock()
+			tick = tick.Add(1)
+			return tick
+		}
+		a := crUpload(t, s, "a.xml", crXML("b", 1, crArticle{"10.5555/a", "a"}))
+		require.Equal(t, http.StatusOK, a.status)
+		for {
+			d := crResultOf(t, s, "a.xml")
+			if d.Status == "completed" {
+				require.Len(t, d.Records, 1, "process delay %dns", delay)
+				break
+			}
+		}
+	}
+}

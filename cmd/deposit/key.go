@@ -8,12 +8,20 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/driver"
+	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/crossref"
 )
 
 const keyAbout = `Prints the key of each non-blank line of FILE ("-" reads stdin) as
 LINE<TAB>KEY, without depositing anything: compare keys with other languages'
 implementations, or check what --ignore changes. Invalid lines are reported on
-stderr with their line number; the exit status is then 1.`
+stderr with their line number; the exit status is then 1.
+
+A target that keys its lines its own way is named with --protocol: under
+crossref a line is one work, {"doi":D,"xml":X} or {"doi":D,"xml_file":P} with
+P beside FILE, and the key leaves out the content of the XML's first
+doi_batch_id and timestamp elements (docs/targets/crossref.md).`
 
 func keyCmd(ctx context.Context, args []string, s streams) int {
 	var (
@@ -21,12 +29,14 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		ignore       stringList
 		datasets     string
 		maxLineBytes int64
+		proto        string
 	)
-	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] [--max-line-bytes N] FILE|-", keyAbout, "")
+	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] [--max-line-bytes N] [--protocol crossref] FILE|-", keyAbout, "")
 	c.fs.StringVar(&formName, "form", "jcs", "canonical form: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	c.fs.Var(&ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key; repeatable")
 	c.fs.StringVar(&datasets, "datasets", "", "each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`")
 	c.fs.Int64Var(&maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes")
+	c.fs.StringVar(&proto, "protocol", "", "key lines as this target reads them: crossref (one work per line); default: the payload as it is")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code
@@ -50,6 +60,10 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 			return c.usageError(s, "--datasets %s: not a directory", datasets)
 		}
 	}
+	drv, err := keyDriver(proto, pos[0])
+	if err != nil {
+		return c.usageError(s, "--protocol: %v", err)
+	}
 	in, _, err := openInput(pos[0], s.stdin)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "deposit key: %v\n", err)
@@ -65,7 +79,7 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		if ctx.Err() != nil {
 			break
 		}
-		key, err := keyOf(keyer, it)
+		key, err := keyOf(keyer, drv, it)
 		if err != nil {
 			invalid++
 			out.Flush()
@@ -92,13 +106,34 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 	return exitDone
 }
 
-// keyOf is the key of one input item.
-func keyOf(k *canonical.Keyer, it client.Item) (string, error) {
+// keyDriver is the driver that keys the lines of input under proto: a
+// target that reads its payloads its own way (crossref); nil for any other,
+// whose key is the payload's own.
+func keyDriver(proto, input string) (driver.Driver, error) {
+	if proto == "" {
+		return nil, nil
+	}
+	name, err := protocol.Parse(proto)
+	if err != nil {
+		return nil, err
+	}
+	if name != protocol.Crossref {
+		return nil, nil
+	}
+	return crossref.Target{Dir: inputDir(input)}.Driver()
+}
+
+// keyOf is the key of one input item, as drv reads it when set.
+func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item) (string, error) {
 	if it.Err != nil {
 		return "", it.Err
 	}
 	if d := it.Dataset; d != nil {
 		keyed, err := k.DatasetKey(d.Dir, d.Metadata, d.Files)
+		return keyed.Key, err
+	}
+	if drv != nil {
+		keyed, err := client.KeyPayload(k, drv, it.Payload)
 		return keyed.Key, err
 	}
 	keyed, err := k.Key(it.Payload)

@@ -32,8 +32,13 @@ locally; it asks for basic auth only when DATACITE_REPOSITORY_ID and
 DATACITE_PASSWORD are set. Under invenio it is an InvenioRDM REST API stub
 under {URL}/api (drafts, files, publish, the user's search, lagging by
 --index-lag) for trying --protocol invenio --endpoint {URL}/api; it asks for
-the token in DEPOSIT_AUTHORIZATION only when that is set. --db and
---verify-key apply to neither stub.`
+the token in DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
+a stub of Crossref's deposit system (POST {URL}/servlet/deposit queues an
+upload for --queue-delay, then processes it; results by file name at
+{URL}/servlet/submissionDownload, the XML query at {URL}/servlet/query) for
+trying --protocol crossref --endpoint {URL}/servlet/deposit; it asks for
+CROSSREF_LOGIN and CROSSREF_PASSWORD only when those are set. --db and
+--verify-key apply to no stub.`
 
 // shutdownGrace is how long serve waits for requests in progress when asked
 // to stop.
@@ -57,11 +62,12 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		lockHold  time.Duration
 		indexLag  time.Duration
 		rateLimit float64
+		queue     time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--rate-limit N]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--rate-limit N] [--queue-delay DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite or invenio")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio or crossref")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
@@ -69,6 +75,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
 	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio: how long a write takes to show in search")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
+	c.fs.DurationVar(&queue, "queue-delay", time.Second, "crossref: how long an upload waits queued, and then as long in process, before its result")
 	c.fs.Float64Var(&rateLimit, "rate-limit", 0, "put, idempotency-key: accept `N` writes a second and answer 429 with Retry-After: 1 above that; 0 accepts every write")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -80,7 +87,13 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if _, err := repotest.ParseFaults(faults); err != nil {
 		return c.usageError(s, "--faults: %v", err)
 	}
-	h, err := newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, indexLag, s.getenv)
+	var h repository
+	var err error
+	if protocol == "crossref" {
+		h, err = newCrossref(repotest.CrossrefConfig{Faults: faults, Seed: seed, Latency: latency, QueueDelay: queue, ProcessDelay: queue}, s.getenv)
+	} else {
+		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, indexLag, s.getenv)
+	}
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
@@ -190,6 +203,26 @@ func newRepository(protocol string, cfg repotest.Config, indexLag time.Duration,
 	h, err := repotest.NewHandler(cfg)
 	return referenceRepository{h}, err
 }
+
+// newCrossref is the Crossref stub, asking for the login in
+// CROSSREF_LOGIN and CROSSREF_PASSWORD when both are set.
+func newCrossref(cfg repotest.CrossrefConfig, getenv func(string) string) (repository, error) {
+	if login, password := getenv("CROSSREF_LOGIN"), getenv("CROSSREF_PASSWORD"); login != "" && password != "" {
+		cfg.Login, cfg.Password = login, password
+	}
+	c, err := repotest.NewCrossref(cfg)
+	return crossrefRepository{c}, err
+}
+
+type crossrefRepository struct{ *repotest.Crossref }
+
+func (r crossrefRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d uploads, %d re-sent under a name already queued, %d DOIs registered, %d updates, %d refused as not newer, %d faults injected%s",
+		st.Requests, st.Uploads, st.Resent, st.Registered, st.Updates, st.StaleRefused, st.Faults, faultKinds(st.FaultsByKind))
+}
+
+func (r crossrefRepository) stats() any { return r.Stats() }
 
 type referenceRepository struct{ *repotest.Handler }
 

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/crossref"
 )
 
 // targetFlags are the flags that choose and configure a target.
@@ -25,6 +27,11 @@ type targetFlags struct {
 	noPublish  bool
 	settle     time.Duration
 	searchRate float64
+	// queryEndpoint is Crossref's XML query servlet; inputDir the folder
+	// of the input file, where a Crossref line's xml_file is read ("" for
+	// stdin: the working directory).
+	queryEndpoint string
+	inputDir      string
 }
 
 // targetSpec is what the command line knows of one target. Adding a target
@@ -67,6 +74,7 @@ type targetSpec struct {
 
 // targetSpecs is every --protocol, by name.
 var targetSpecs = map[string]targetSpec{
+	protocol.Crossref: crossrefSpec,
 	protocol.Put: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
 			return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
@@ -184,6 +192,32 @@ var targetSpecs = map[string]targetSpec{
 			}
 			return ""
 		},
+	},
+}
+
+// crossrefSpec is --protocol crossref: the login from CROSSREF_LOGIN and
+// CROSSREF_PASSWORD, sent in Crossref's form and parameters, never as a
+// header; a server on this machine (deposit serve) may need none.
+var crossrefSpec = targetSpec{
+	build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+		return crossref.Target{Endpoint: f.endpoint, QueryEndpoint: f.queryEndpoint, Login: getenv("CROSSREF_LOGIN"),
+			Password: getenv("CROSSREF_PASSWORD"), Dir: f.inputDir, Settle: f.settle}, nil
+	},
+	flags: []string{"query-endpoint", "settle"}, endpointOptional: true,
+	authorize: func(endpoint string, _ http.Header, getenv func(string) string) error {
+		if (getenv("CROSSREF_LOGIN") == "" || getenv("CROSSREF_PASSWORD") == "") && !loopback(endpoint) {
+			return errors.New("crossref: set CROSSREF_LOGIN and CROSSREF_PASSWORD (the Crossref login that deposits)")
+		}
+		return nil
+	},
+	hint: func(status int) string {
+		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+			return "Crossref refused the login: check CROSSREF_LOGIN (a role, or user/role) and CROSSREF_PASSWORD"
+		}
+		if status == http.StatusNotFound {
+			return "check --endpoint: the deposit servlet, such as https://test.crossref.org/servlet/deposit"
+		}
+		return ""
 	},
 }
 
@@ -334,6 +368,14 @@ func invenioAuthorization(value string) string {
 		return value
 	}
 	return "Bearer " + value
+}
+
+// inputDir is the folder of the input file, "" for stdin.
+func inputDir(input string) string {
+	if input == "-" || input == "" {
+		return ""
+	}
+	return filepath.Dir(input)
 }
 
 // loopback reports whether endpoint's host is this machine (localhost, or

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/crossref"
+)
+
+// crossrefWork writes the deposit file of work i, version v, generated at
+// the clock ts with batch id batch, and returns its line.
+func crossrefWork(t *testing.T, dir string, i, v int, ts uint64, batch string) string {
+	t.Helper()
+	doi := fmt.Sprintf("10.5555/chaos-%03d", i)
+	x := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>
+<doi_batch version="5.3.1" xmlns="http://www.crossref.org/schema/5.3.1">
+<head><doi_batch_id>%s</doi_batch_id><timestamp>%d</timestamp>
+<depositor><depositor_name>Lab</depositor_name><email_address>lab@example.org</email_address></depositor><registrant>Lab</registrant></head>
+<body><database><database_metadata><titles><title>Chaos</title></titles></database_metadata>
+<dataset><titles><title>Work %d, version %d</title></titles>
+<doi_data><doi>%s</doi><resource>https://example.org/%d</resource></doi_data></dataset></database></body>
+</doi_batch>
+`, batch, ts, i, v, doi, i)
+	name := fmt.Sprintf("work-%03d.xml", i)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(x), 0o644))
+	return fmt.Sprintf(`{"doi":%q,"xml_file":%q}`, doi, name)
+}
+
+// runUntilDone runs args until the run exits 0 and returns the rounds.
+func runUntilDone(t *testing.T, run func() *process) int {
+	t.Helper()
+	for round := 1; ; round++ {
+		require.LessOrEqual(t, round, 10, "the batch never finished")
+		p := run()
+		code := p.wait(t)
+		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
+		if code == exitDone {
+			return round
+		}
+	}
+}
+
+// Chaos: uploads dropped after they were queued, 503s, 500s after queuing,
+// slow processing, faulted downloads and queries, and a real deposit
+// process SIGKILLed twice, once in each of two batches (the first
+// versions; then some works changed and every file regenerated with a new
+// clock and batch id). Runs go on until exit 0: every DOI is registered,
+// no upload was sent again under a name already queued, each DOI's record
+// is its latest logical version with one version per logical change, and
+// every store row is done.
+func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
+	const login, password = "chaos-role", "Chaos-pw-4Vq"
+	srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password,
+		Faults: "drop=0.15,503=0.1,500=0.1,reads", Seed: 13,
+		QueueDelay: 30 * time.Millisecond, ProcessDelay: 30 * time.Millisecond, UnknownFor: 10 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "deposit.db")
+	input := filepath.Join(dir, "works.jsonl")
+	args := []string{"run", "--protocol", "crossref", "--endpoint", srv.URL + "/servlet/deposit", "--settle", "50ms",
+		"--max-elapsed", "5s", "--concurrency", "4", "--db", db, "--json", input}
+	run := func() *process {
+		p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CROSSREF_LOGIN=" + login, "CROSSREF_PASSWORD=" + password}
+		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+		require.NoError(t, p.cmd.Start())
+		return p
+	}
+	killAt := func(uploads int64) {
+		p := run()
+		waitUntil(func() bool { return srv.Stats().Uploads >= uploads })
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+		p.wait(t)
+		t.Logf("killed at %d uploads: %d rows pending", srv.Stats().Uploads, pendingRows(t, db))
+	}
+
+	const n, changed = 40, 8 // works 0..7 get a second version
+	write := func(version func(i int) int, ts uint64, batch string) []string {
+		var lines []string
+		for i := range n {
+			lines = append(lines, crossrefWork(t, dir, i, version(i), ts, batch))
+		}
+		require.NoError(t, os.WriteFile(input, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+		return lines
+	}
+	write(func(int) int { return 1 }, 20260101000000000, "first")
+	killAt(10)
+	t.Logf("first batch: %d rounds after the kill", runUntilDone(t, run))
+	before := srv.Stats().Uploads
+
+	latest := func(i int) int {
+		if i < changed {
+			return 2
+		}
+		return 1
+	}
+	lines := write(latest, 20260201000000000, "second")
+	killAt(before + 3)
+	t.Logf("second batch: %d rounds after the kill", runUntilDone(t, run))
+
+	st := srv.Stats()
+	t.Logf("uploads %d, downloads %d, queries %d, faults %v", st.Uploads, st.Downloads, st.Queries, st.FaultsByKind)
+	require.Zero(t, st.Resent, "no upload sent again under a file name already queued")
+	require.Equal(t, int64(n), st.Registered)
+	keyer, err := canonical.NewKeyer(canonical.FormJCS, nil)
+	require.NoError(t, err)
+	drv, err := crossref.Target{Dir: dir}.Driver()
+	require.NoError(t, err)
+	recs := srv.Records()
+	require.Len(t, recs, n)
+	for i, rec := range recs {
+		k, err := client.KeyPayload(keyer, drv, []byte(lines[i]))
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(rec.FileName, "deposit-"+k.Key[:32]+"-"), "%s: registered %s, not its latest version", rec.DOI, rec.FileName)
+		require.Equal(t, latest(i), rec.Versions, rec.DOI)
+	}
+	for _, row := range storeRows(t, db) {
+		require.Equal(t, dedup.StateDone, row.State, row.Key)
+	}
+}
+
+// The local command pair of docs/targets/crossref.md: deposit serve
+// --protocol crossref and deposit run against it, with the login the stub
+// asks for; deposit key prints the keys the run stored; a run without the
+// login at a remote endpoint is a usage error.
+func TestServeCrossrefAndRunAgainstIt(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"CROSSREF_LOGIN": "lab", "CROSSREF_PASSWORD": "Serve-pw-2Lm"}
+	p := &process{cmd: exec.Command(binary, "serve", "--addr", "127.0.0.1:0", "--protocol", "crossref", "--queue-delay", "20ms", "--faults", "drop=0.3,500=0.2"),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CROSSREF_LOGIN=lab", "CROSSREF_PASSWORD=Serve-pw-2Lm"}
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	require.NoError(t, p.cmd.Start())
+	var url string
+	waitUntil(func() bool {
+		line, _, ok := strings.Cut(p.stdout.String(), "\n")
+		_, rest, _ := strings.Cut(line, "listening on ")
+		url, _, _ = strings.Cut(rest, " ")
+		return ok
+	})
+	require.True(t, strings.HasPrefix(url, "http://127.0.0.1:"), p.stdout.String())
+
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, crossrefWork(t, dir, i, 1, 20260101000000000, "b"))
+	}
+	input := writeFile(t, dir, "works.jsonl", lines...)
+	db, results := filepath.Join(dir, "deposit.db"), filepath.Join(dir, "results.jsonl")
+	args := []string{"run", "--protocol", "crossref", "--endpoint", url + "/servlet/deposit", "--db", db, "--results", results, "--json", input}
+	r := deposit(t, env, args...)
+	for round := 1; r.code == exitUnresolved && round < 10; round++ {
+		r = deposit(t, env, args...)
+	}
+	require.Equal(t, exitDone, r.code, r.stderr)
+	r = deposit(t, env, args...)
+	require.Equal(t, 3, summaryOf(t, r.stdout).Replayed, r.stderr)
+
+	keys := deposit(t, nil, "key", "--protocol", "crossref", input)
+	require.Equal(t, exitDone, keys.code, keys.stderr)
+	var stored []string
+	for _, row := range storeRows(t, db) {
+		require.Equal(t, dedup.StateDone, row.State)
+		require.True(t, strings.HasPrefix(row.Identifier, "10.5555/chaos-"), row.Identifier)
+		stored = append(stored, row.Key)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(keys.stdout), "\n") {
+		_, key, _ := strings.Cut(l, "\t")
+		require.Contains(t, stored, key)
+	}
+
+	r = deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", "https://test.crossref.org/servlet/deposit", "--db", filepath.Join(dir, "other.db"), input)
+	require.Equal(t, exitStop, r.code)
+	require.Contains(t, r.stderr, "set CROSSREF_LOGIN and CROSSREF_PASSWORD")
+	r = deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", url+"/servlet/deposit", "--db", filepath.Join(dir, "other.db"), input)
+	require.Equal(t, exitStop, r.code, "the stub asks for the login")
+	require.Contains(t, r.stderr, "Crossref refused the login")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, exitDone, p.wait(t), p.stderr.String())
+	require.Contains(t, p.stdout.String(), "3 DOIs registered")
+	require.Contains(t, p.stdout.String(), "0 re-sent under a name already queued")
+	out, err := os.ReadFile(results)
+	require.NoError(t, err)
+	require.NotContains(t, string(out)+r.stderr+p.stdout.String(), "Serve-pw-2Lm")
+}

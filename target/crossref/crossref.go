@@ -1,0 +1,186 @@
+// Package crossref provides a deposit target for Crossref's deposit system:
+// each work's DOI is registered once, with the version its file carries,
+// and a queued deposit is polled, never sent again.
+//
+// A payload is one work: {"doi":D,"xml":X}, or {"doi":D,"xml_file":P} with
+// P a path in [Target.Dir]; X is a complete deposit XML (doi_batch) with
+// exactly one doi_data, whose doi is D. Its key covers the line with the
+// XML inline and the content of its first doi_batch_id and timestamp
+// elements removed, so that a file regenerated with a new clock and batch
+// id is the same deposit. The payload first uploaded, with the file's own
+// timestamp, is kept with the deposit's intent before the upload
+// (driver.Step.KeepBody), and every retry and re-run uploads those bytes
+// under the same file name: deposit never stamps a clock of its own, which
+// could roll back a newer deposit made elsewhere.
+//
+// An upload (POST {Endpoint}, operation=doMDUpload) only queues the file.
+// The step is accepted and polled by file name at the submission download
+// (GET .../submissionDownload?type=result): queued and in_process are
+// pending; unknown_submission is trusted only Settle after an upload;
+// completed carries the DOI's result. Success is done; a Warning "Added
+// with conflict" is done, and the DOIs in conflict are logged; a Failure
+// "... is less or equal to previously submitted version" is looked up at
+// the XML query API: done when the registered deposit-timestamp is ours,
+// failed as superseded by a newer deposit when it is greater; any other
+// Failure is failed with Crossref's message.
+//
+// A store that is lost is safe by construction: the re-run uploads the
+// same timestamp again (under the same file name, so the download answers
+// the first upload's result), and an equal timestamp is refused by
+// Crossref and confirmed by the query.
+package crossref
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
+)
+
+// Protocol is the target's protocol name, as store names begin.
+const Protocol = "crossref"
+
+// DefaultEndpoint is Crossref's test system: deposits there register
+// nothing real.
+const DefaultEndpoint = "https://test.crossref.org/servlet/deposit"
+
+// DefaultSettle is the default [Target.Settle].
+const DefaultSettle = 5 * time.Minute
+
+// Target is a Crossref deposit endpoint and the login that deposits to it.
+// The zero value deposits to [DefaultEndpoint] without credentials, which
+// Crossref refuses; a Target is a value, safe to copy and to share.
+type Target struct {
+	// Endpoint is the deposit servlet (https://doi.crossref.org/servlet/deposit
+	// for real DOIs); "" is DefaultEndpoint. The result download is the
+	// submissionDownload servlet beside it.
+	Endpoint string
+	// QueryEndpoint is the XML query servlet; "" is the query servlet
+	// beside Endpoint.
+	QueryEndpoint string
+	// Login and Password are the Crossref login (a role, or "user/role"
+	// for personal credentials). The password goes in the deposit's form
+	// and the download's and query's parameters only: it is never part of
+	// a store name, an identifier, an error or a log.
+	Login, Password string
+	// Dir is the folder that xml_file paths are relative to; "" is the
+	// working directory. A path that leads out of it is refused.
+	Dir string
+	// Settle is how long after an upload the download may still answer
+	// unknown_submission for it (Crossref does, for a while): only a look
+	// that long after an uncertain upload trusts it. 0 is DefaultSettle.
+	Settle time.Duration
+	// Poll is how long one run polls a queued deposit before leaving it
+	// unresolved, "queued at Crossref", for the next run to poll; 0 is the
+	// client's retry policy's MaxElapsed.
+	Poll time.Duration
+}
+
+// Driver checks the target and returns its driver.
+func (t Target) Driver() (driver.Driver, error) {
+	d := crossrefDriver{t: t}
+	var err error
+	if d.deposit, err = normalizeEndpoint("Endpoint", cmpOr(t.Endpoint, DefaultEndpoint)); err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(d.deposit, "/deposit") {
+		return nil, fmt.Errorf("crossref: Endpoint %q: want the deposit servlet, a URL ending in /servlet/deposit", d.deposit)
+	}
+	d.download = sibling(d.deposit, "submissionDownload")
+	if d.query, err = normalizeEndpoint("QueryEndpoint", cmpOr(t.QueryEndpoint, sibling(d.deposit, "query"))); err != nil {
+		return nil, err
+	}
+	if t.Settle < 0 || t.Poll < 0 {
+		return nil, errors.New("crossref: Settle and Poll must not be negative")
+	}
+	if d.t.Settle == 0 {
+		d.t.Settle = DefaultSettle
+	}
+	return d, nil
+}
+
+func cmpOr(s, def string) string {
+	if strings.TrimSpace(s) == "" {
+		return def
+	}
+	return s
+}
+
+// crossrefDriver is a checked Target.
+type crossrefDriver struct {
+	t                        Target
+	deposit, download, query string // normalised URLs
+}
+
+func (d crossrefDriver) Name() string              { return driver.TargetName(Protocol, d.deposit) }
+func (d crossrefDriver) StepTargets() []string     { return nil }
+func (d crossrefDriver) SecretFingerprint() string { return "" }
+func (d crossrefDriver) Guards(string) bool        { return false }
+
+// Payload reads a line as one work: the body is the line with its XML
+// inline ({"doi","xml"}), the key text the same with the XML's batch id and
+// timestamp removed (see keyedXML).
+func (d crossrefDriver) Payload(text []byte) (body, keyText []byte, err error) {
+	l, err := parseLine(text)
+	if err != nil {
+		return nil, nil, err
+	}
+	x, err := readXML(l, d.t.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := checkWork(l.DOI, x); err != nil {
+		return nil, nil, err
+	}
+	if body, err = json.Marshal(line{DOI: l.DOI, XML: x}); err != nil {
+		return nil, nil, err
+	}
+	keyText, err = json.Marshal(line{DOI: l.DOI, XML: keyedXML(x)})
+	return body, keyText, err
+}
+
+// Steps is one step: the upload, accepted and polled by file name.
+func (d crossrefDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
+	if dir != "" {
+		return nil, errors.New("crossref: a line is one work, not a dataset: leave out --datasets")
+	}
+	l, err := parseLine(k.Body)
+	if err != nil {
+		return nil, err
+	}
+	if l.XMLFile != "" {
+		return nil, errors.New("crossref: the payload's XML was not read: give the payload to the client, which reads it (driver.Payloader)")
+	}
+	w, err := checkWork(l.DOI, l.XML)
+	if err != nil {
+		return nil, err
+	}
+	up := upload{d: d, w: w, key: k.Key, fileName: fileName(k.Key, w.Timestamp)}
+	return []driver.Step{{
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, KeepBody: true, Accepts: true,
+		Build: up.build, Judge: judgeUpload,
+		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll},
+	}}, nil
+}
+
+// fileName is the upload's file name, unique to the key (the work without
+// its clock) and the version (its timestamp): Crossref answers a download
+// by file name with the first upload of that name, so one name must never
+// carry two versions.
+func fileName(key string, timestamp uint64) string {
+	return "deposit-" + key[:32] + "-" + strconv.FormatUint(timestamp, 10) + ".xml"
+}
+
+// boundary is the multipart boundary of an upload: derived from the file
+// name, so that every attempt sends the same bytes.
+func boundary(name string) string {
+	sum := sha256.Sum256([]byte("crossref multipart " + name))
+	return "deposit-" + hex.EncodeToString(sum[:16])
+}

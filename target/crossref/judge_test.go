@@ -1,0 +1,116 @@
+package crossref
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/driver"
+)
+
+func testUpload() upload {
+	return upload{w: work{DOI: "10.5555/reef", Timestamp: 20260101000000000}, fileName: "deposit-x-1.xml"}
+}
+
+// result is a completed download holding one record diagnostic.
+func result(status, doi, msg string) []byte {
+	return []byte(`<?xml version="1.0"?><doi_batch_diagnostic status="completed" sp="cr"><submission_id>1</submission_id>` +
+		`<batch_id>b</batch_id><record_diagnostic status="` + status + `"><doi>` + doi + `</doi><msg>` + msg + `</msg>` +
+		`<conflict_id>7</conflict_id><dois_in_conflict><doi>10.5555/kelp</doi></dois_in_conflict></record_diagnostic></doi_batch_diagnostic>`)
+}
+
+func TestJudgeResult(t *testing.T) {
+	u := testUpload()
+	for _, tc := range []struct {
+		name    string
+		status  int
+		body    []byte
+		kind    driver.FindingKind
+		then    bool
+		problem string
+		warn    string
+	}{
+		{"queued is pending", 200, []byte(`<doi_batch_diagnostic status="queued"><submission_id>1</submission_id><batch_id/></doi_batch_diagnostic>`), driver.Pending, false, "queued", ""},
+		{"in process is pending", 200, []byte(`<doi_batch_diagnostic status="in_process"/>`), driver.Pending, false, "in_process", ""},
+		{"unknown_submission is absent", 200, []byte(`<doi_batch_diagnostic status="unknown_submission"/>`), driver.Absent, false, "", ""},
+		{"success is present", 200, result("Success", "10.5555/REEF", "Successfully added"), driver.Present, false, "", ""},
+		{"a conflict is present and names the DOIs in conflict", 200, result("Warning", "10.5555/reef", "Added with conflict"), driver.Present, false, "", "in conflict with 10.5555/kelp"},
+		{"an update with conflict is present", 200, result("Warning", "10.5555/reef", "Updated with conflict"), driver.Present, false, "", "Updated with conflict"},
+		{"a stale timestamp looks at the registered one", 200, result("Failure", "10.5555/reef",
+			"Record not processed because submitted version: 20260101000000000 is less or equal to previously submitted version 20260101000000000"), driver.Absent, true, "", ""},
+		{"another failure is terminal with Crossref's words", 200, result("Failure", "10.5555/reef", "Invalid ISSN"), driver.Foreign, false, "Invalid ISSN", ""},
+		{"a batch failure names the XML problem", 200, result("Failure", "", "Error validating schema crossref5.3.1.xsd : bad"), driver.Foreign, false, "Error validating schema", ""},
+		{"a result without this DOI is terminal", 200, result("Success", "10.5555/other", "Successfully added"), driver.Foreign, false, "names no record", ""},
+		{"not XML is looked at again", 200, []byte("<html>oops"), driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"a 503 is looked at again", 503, nil, driver.Unknown, false, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := u.judgeResult(driver.Answer{Status: tc.status, Body: tc.body})
+			require.Equal(t, tc.kind, f.Kind)
+			require.Equal(t, tc.then, f.Then != nil)
+			require.Contains(t, f.Problem, tc.problem)
+			require.Contains(t, f.Warn, tc.warn)
+			if f.Kind == driver.Present {
+				require.Equal(t, "10.5555/reef", f.ID)
+			}
+		})
+	}
+}
+
+func query(ts string) []byte {
+	return []byte(`<?xml version="1.0"?><crossref_result xmlns="http://www.crossref.org/qrschema/3.0" version="3.0"><query_result>` +
+		`<head><doi_batch_id>none</doi_batch_id></head><body><query status="resolved"><doi>10.5555/reef</doi>` +
+		`<crm-item name="deposit-timestamp" type="number">` + ts + `</crm-item></query></body></query_result></crossref_result>`)
+}
+
+func TestJudgeLookup(t *testing.T) {
+	u := testUpload()
+	require.Equal(t, driver.Present, u.judgeLookup(driver.Answer{Status: 200, Body: query("20260101000000000")}).Kind, "our timestamp registered")
+	f := u.judgeLookup(driver.Answer{Status: 200, Body: query("20260101000000001")})
+	require.Equal(t, driver.Foreign, f.Kind)
+	require.Contains(t, f.Problem, "superseded by a newer deposit")
+	f = u.judgeLookup(driver.Answer{Status: 200, Body: []byte(`<crossref_result><query_result><body><query status="unresolved"><doi>x</doi></query></body></query_result></crossref_result>`)})
+	require.Equal(t, driver.Unknown, f.Kind)
+	require.True(t, f.Class.Retryable())
+}
+
+func TestJudgeUpload(t *testing.T) {
+	ok := []byte(`<html><head><title>SUCCESS</title></head><body><h2>SUCCESS</h2><p>Your batch submission was successfully received.</p></body></html>`)
+	require.Equal(t, driver.Accepted, judgeUpload(driver.Answer{Status: 200, Body: ok}).Class)
+	require.Equal(t, driver.Ambiguous, judgeUpload(driver.Answer{Status: 200, Body: []byte("<html>FAILURE</html>")}).Class)
+	require.Equal(t, driver.Ambiguous, judgeUpload(driver.Answer{Status: http.StatusInternalServerError}).Class)
+	require.Equal(t, driver.Retry, judgeUpload(driver.Answer{Status: http.StatusServiceUnavailable}).Class)
+	require.Equal(t, driver.Stop, judgeUpload(driver.Answer{Status: http.StatusUnauthorized}).Class)
+}
+
+func TestKeyedXML(t *testing.T) {
+	a := `<doi_batch><head><doi_batch_id>b-1</doi_batch_id><timestamp>1</timestamp></head><body><x:timestamp>keep</x:timestamp></body></doi_batch>`
+	require.Equal(t, `<doi_batch><head><doi_batch_id></doi_batch_id><timestamp></timestamp></head><body><x:timestamp>keep</x:timestamp></body></doi_batch>`, keyedXML(a))
+	b := `<cr:doi_batch><cr:head><cr:doi_batch_id id="1">b-2</cr:doi_batch_id ><cr:timestamp>2</cr:timestamp></cr:head></cr:doi_batch>`
+	require.Equal(t, `<cr:doi_batch><cr:head><cr:doi_batch_id id="1"></cr:doi_batch_id ><cr:timestamp></cr:timestamp></cr:head></cr:doi_batch>`, keyedXML(b))
+}
+
+func TestCheckWork(t *testing.T) {
+	head := `<head><doi_batch_id>b</doi_batch_id><timestamp>12</timestamp></head>`
+	one := `<doi_batch>` + head + `<body><dataset><doi_data><doi>10.1/a</doi></doi_data></dataset></body></doi_batch>`
+	w, err := checkWork("10.1/A", one)
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), w.Timestamp)
+	for _, tc := range []struct{ name, doi, xml, want string }{
+		{"several works are refused", "10.1/a", `<doi_batch>` + head + `<body><doi_data><doi>10.1/a</doi></doi_data><doi_data><doi>10.1/b</doi></doi_data></body></doi_batch>`,
+			"holds 2 works (doi_data: 10.1/a, 10.1/b): a line is one work"},
+		{"another DOI is refused", "10.1/z", one, "is not the DOI of its XML's doi_data, 10.1/a"},
+		{"no timestamp is refused", "10.1/a", strings.Replace(one, "<timestamp>12</timestamp>", "", 1), "never stamps a clock"},
+		{"a clock that is no number is refused", "10.1/a", strings.Replace(one, ">12<", ">2026-01-01<", 1), "not a number of at most 19 digits"},
+		{"XML that is not well-formed is refused", "10.1/a", strings.TrimSuffix(one, "</doi_batch>"), "not well-formed"},
+		{"no doi_data is refused", "10.1/a", `<doi_batch>` + head + `</doi_batch>`, "has no doi_data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := checkWork(tc.doi, tc.xml)
+			require.ErrorIs(t, err, ErrInvalidWork)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
