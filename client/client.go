@@ -355,11 +355,8 @@ func driverOf(cfg Config) (driver.Driver, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is required", ErrConfig)
 	}
-	drv, err := cfg.Target.Driver()
+	drv, err := targetDriver(cfg.Target)
 	if err != nil {
-		if !errors.Is(err, ErrConfig) {
-			err = fmt.Errorf("%w: %w", ErrConfig, err)
-		}
 		return nil, err
 	}
 	for name := range cfg.Header {
@@ -534,4 +531,13 @@ func retryPolicy(p backoff.Policy) backoff.Policy {
 		d.MaxElapsed = p.MaxElapsed
 	}
 	return d
+}
+
+// targetDriver is t's driver; an error is a configuration error.
+func targetDriver(t Target) (driver.Driver, error) {
+	drv, err := t.Driver()
+	if err != nil && !errors.Is(err, ErrConfig) {
+		err = fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return drv, err
 }

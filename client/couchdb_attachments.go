@@ -48,7 +48,7 @@ var errFileChanged = errors.New("changed since it was hashed")
 // inline. An "exists" answer (409) is checked by reading the document back:
 // every file must be there as an attachment of its length and MD5.
 func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, error) {
-	files, err := datasetFiles(k.Body)
+	files, err := driver.DatasetFiles(k.Body)
 	if err != nil {
 		return step{}, err
 	}
@@ -90,7 +90,7 @@ func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, er
 // document is
 //
 //	{"_attachments":{"P1":{"content_type":T,"data":"..."},...},<members of doc>}
-func couchInlineFrame(files []datasetFile, doc []byte) (head [][]byte, tail []byte, err error) {
+func couchInlineFrame(files []driver.DatasetFile, doc []byte) (head [][]byte, tail []byte, err error) {
 	if len(doc) < 2 || doc[0] != '{' || doc[len(doc)-1] != '}' {
 		return nil, nil, errors.New("couchdb: a document must be a JSON object")
 	}
@@ -126,7 +126,7 @@ type couchInlineBody struct {
 	files []*base64File
 }
 
-func newCouchInlineBody(dir string, files []datasetFile, head [][]byte, tail []byte, size int64) *couchInlineBody {
+func newCouchInlineBody(dir string, files []driver.DatasetFile, head [][]byte, tail []byte, size int64) *couchInlineBody {
 	b := &couchInlineBody{size: size}
 	parts := make([]io.Reader, 0, 2*len(files)+1)
 	for i, f := range files {
@@ -154,7 +154,7 @@ func (b *couchInlineBody) Close() error {
 // and SHA-256 against the dataset document's entry.
 type base64File struct {
 	path string
-	want datasetFile
+	want driver.DatasetFile
 	fh   *os.File
 	sum  hash.Hash
 	read int64  // file bytes read so far
@@ -256,7 +256,7 @@ func judgeCouchDB(a answer) verdict {
 // document without them (a dataset stored by a client that sent no file
 // bytes, or another document at this id) is foreign: nothing is sent over
 // it.
-func couchAttachmentsCheck(url string, files []datasetFile, md5s map[string]string) *check {
+func couchAttachmentsCheck(url string, files []driver.DatasetFile, md5s map[string]string) *check {
 	return &check{
 		Build: func([]string) (request, error) {
 			h := http.Header{}
@@ -283,7 +283,7 @@ func couchAttachmentsCheck(url string, files []datasetFile, md5s map[string]stri
 
 // couchMissingFile names the first file a document read back does not hold
 // as an attachment of the right length and MD5; "" when it holds them all.
-func couchMissingFile(doc []byte, files []datasetFile, md5s map[string]string) string {
+func couchMissingFile(doc []byte, files []driver.DatasetFile, md5s map[string]string) string {
 	var d struct {
 		Attachments map[string]struct {
 			Digest string `json:"digest"`

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -229,8 +230,8 @@ func TestCouchDBDatasetBody(t *testing.T) {
 			ContentType string `json:"content_type"`
 			Data        []byte `json:"data"`
 		} `json:"_attachments"`
-		Dataset  []datasetFile  `json:"dataset"`
-		Metadata map[string]any `json:"metadata"`
+		Dataset  []driver.DatasetFile `json:"dataset"`
+		Metadata map[string]any       `json:"metadata"`
 	}
 	require.NoError(t, json.Unmarshal(reqs[0].body, &doc))
 	require.Len(t, doc.Attachments, len(files))
@@ -274,7 +275,7 @@ func BenchmarkCouchDBDatasetBody(b *testing.B) {
 	require.NoError(b, err)
 	k, err := c.keyer.DatasetKey(dir, []byte(`{}`), []string{"big.bin"})
 	require.NoError(b, err)
-	files, err := datasetFiles(k.Body)
+	files, err := driver.DatasetFiles(k.Body)
 	require.NoError(b, err)
 
 	b.Run("raw", func(b *testing.B) {
@@ -282,7 +283,7 @@ func BenchmarkCouchDBDatasetBody(b *testing.B) {
 		for b.Loop() {
 			fh, err := os.Open(filepath.Join(dir, "big.bin"))
 			require.NoError(b, err)
-			_, err = io.Copy(io.Discard, sizedFile{fh, size})
+			_, err = io.Copy(io.Discard, driver.SizedFile{File: fh, Size: size})
 			fh.Close()
 			require.NoError(b, err)
 		}

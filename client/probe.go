@@ -7,10 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/depositkit/deposit/canonical"
-	"github.com/depositkit/deposit/driver"
 	"net/http"
 	"net/url"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 )
 
 // ProbeVerdict is what a probe found out about an endpoint's conditional
@@ -73,7 +74,7 @@ func NewProbe(cfg Config) (*Probe, error) {
 	default:
 		return nil, fmt.Errorf("%w: %T has no conditional create to probe: probe Put, WebDAV, S3 or CouchDB", ErrConfig, cfg.Target)
 	}
-	drv, err := cfg.Target.Driver()
+	drv, err := targetDriver(cfg.Target)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func NewProbe(cfg Config) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p.URL = redactURL(req.URL)
+	p.URL = driver.RedactURL(req.URL)
 	return p, nil
 }
 

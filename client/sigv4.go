@@ -121,7 +121,8 @@ func awsEscapePath(key string) string {
 	var b strings.Builder
 	for i := 0; i < len(key); i++ {
 		c := key[i]
-		if isUnreserved(c) || c == '/' {
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '/' {
 			b.WriteByte(c)
 			continue
 		}

@@ -116,7 +116,7 @@ func (t brokenTarget) Driver() (driver.Driver, error) { return t, nil }
 func (t brokenTarget) Name() string                   { return "test-broken " + t.endpoint }
 func (brokenTarget) StepTargets() []string            { return nil }
 func (brokenTarget) SecretFingerprint() string        { return "" }
-func (brokenTarget) Guards(name string) bool          { return guardsConditional(name) }
+func (brokenTarget) Guards(name string) bool          { return driver.Guarded(name) }
 func (t brokenTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	put := step{Target: t.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
 		Build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), Judge: func(answer) verdict { return verdict{Class: driver.Created} }}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -222,7 +223,7 @@ func TestWriteRequestShape(t *testing.T) {
 		res, err := c.Deposit(context.Background(), []byte(payload))
 		require.NoError(t, err)
 		require.Len(t, srv.writes, 3)
-		want := idempotencyKey(c.target.(idempotencyKeyDriver).endpoint, res.Key, nil)
+		want := driver.IdempotencyKey(c.target.(idempotencyKeyDriver).endpoint, res.Key, nil)
 		require.Regexp(t, `^"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`, want)
 		for i, r := range srv.writes {
 			require.Equal(t, http.MethodPost, r.Method)

@@ -10,7 +10,6 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
-	"github.com/depositkit/deposit/internal/jsonpointer"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
@@ -25,18 +24,6 @@ type Target interface {
 	// Driver checks the target's options and returns what the engine
 	// drives; an error is a configuration error, reported by New.
 	Driver() (driver.Driver, error)
-}
-
-// guardsConditional reports the headers every target reserves: a caller's
-// If-None-Match or If-Match would change what a write means, and an
-// Idempotency-Key of the caller's would replace the one derived from the
-// key.
-func guardsConditional(name string) bool {
-	switch textproto.CanonicalMIMEHeaderKey(name) {
-	case "If-None-Match", "If-Match", "Idempotency-Key":
-		return true
-	}
-	return false
 }
 
 // Put is a repository that takes a conditional create: PUT {Endpoint}/{key}
@@ -87,29 +74,18 @@ type putDriver struct {
 }
 
 func (t Put) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("Put.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("Put.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	ptrs, err := pointers(t.IDPointer, "/identifier")
+	ptrs, err := driver.Pointers(t.IDPointer, "/identifier")
 	return putDriver{endpoint: ep, pointers: ptrs, userPointer: t.IDPointer}, err
-}
-
-// pointers is the user's pointer, else the defaults.
-func pointers(user string, defaults ...string) ([]string, error) {
-	if user == "" {
-		return defaults, nil
-	}
-	if _, err := jsonpointer.Parse(user); err != nil {
-		return nil, fmt.Errorf("%w: IDPointer %q: %v", ErrConfig, user, err)
-	}
-	return []string{user}, nil
 }
 
 func (d putDriver) Name() string              { return driver.TargetName(protocol.Put, d.endpoint) }
 func (d putDriver) StepTargets() []string     { return nil }
 func (d putDriver) SecretFingerprint() string { return "" }
-func (d putDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d putDriver) Guards(name string) bool   { return driver.Guarded(name) }
 
 func (d putDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	url := driver.RecordURL(d.endpoint, k.Key)
@@ -142,15 +118,15 @@ func conditionalJudge(pointers []string, userPointer, recordURL string) func(ans
 			switch a.Status {
 			case http.StatusPreconditionFailed:
 				id, _ := driver.StringAt(a.Body, pointers)
-				return verdict{Class: driver.Exists, ID: id, Warn: missedPointer(userPointer, a.Body)}
+				return verdict{Class: driver.Exists, ID: id, Warn: driver.MissedPointer(userPointer, a.Body)}
 			case http.StatusConflict:
 				return verdict{Class: driver.Conflict}
 			}
 		}
 		v := verdict{Class: driver.Classify(a)}
 		if v.Class == driver.Created {
-			v.ID = identifierFrom(a.Body, a.Header, pointers, a.URL, recordURL)
-			v.Warn = missedPointer(userPointer, a.Body)
+			v.ID = driver.Identifier(a.Body, a.Header, pointers, a.URL, recordURL)
+			v.Warn = driver.MissedPointer(userPointer, a.Body)
 			if a.Status != http.StatusCreated {
 				v.Warn = ignoredConditionWarning
 			}
@@ -190,7 +166,7 @@ func readBack(url string, pointers []string, userPointer string, ours func(body 
 				// nothing: no identifier, so the step's fallback (the
 				// record URL) it is.
 				id, _ := driver.StringAt(a.Body, pointers)
-				return finding{Kind: driver.Present, ID: id, Warn: missedPointer(userPointer, a.Body)}
+				return finding{Kind: driver.Present, ID: id, Warn: driver.MissedPointer(userPointer, a.Body)}
 			case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusMethodNotAllowed:
 				return finding{Kind: driver.Absent, Warn: "the server refused to read a record back; using record URLs as identifiers"}
 			}
@@ -210,11 +186,11 @@ type idempotencyKeyDriver struct {
 }
 
 func (t IdempotencyKey) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("IdempotencyKey.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("IdempotencyKey.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
-	ptrs, err := pointers(t.IDPointer, "/id", "/identifier")
+	ptrs, err := driver.Pointers(t.IDPointer, "/id", "/identifier")
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +209,8 @@ func (d idempotencyKeyDriver) Name() string {
 	return driver.TargetName(protocol.IdempotencyKey, d.endpoint)
 }
 func (d idempotencyKeyDriver) StepTargets() []string     { return nil }
-func (d idempotencyKeyDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
-func (d idempotencyKeyDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d idempotencyKeyDriver) SecretFingerprint() string { return driver.SecretFingerprint(d.secret) }
+func (d idempotencyKeyDriver) Guards(name string) bool   { return driver.Guarded(name) }
 
 func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	record := credential.Strip(driver.RecordURL(d.endpoint, k.Key))
@@ -243,7 +219,7 @@ func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error)
 		KeepBody: true, Retention: d.retention,
 		Build: func([]string) (request, error) {
 			h := http.Header{}
-			h.Set("Idempotency-Key", idempotencyKey(d.endpoint, k.Key, d.secret))
+			h.Set("Idempotency-Key", driver.IdempotencyKey(d.endpoint, k.Key, d.secret))
 			h.Set("Content-Type", "application/json")
 			return request{Method: http.MethodPost, URL: d.endpoint, Header: h, Body: k.Body, Full: true}, nil
 		},
@@ -261,8 +237,8 @@ func (d idempotencyKeyDriver) Steps(k canonical.Keyed, _ string) ([]step, error)
 			}
 			cls := v.Class
 			if cls == driver.Created || cls == driver.Exists {
-				v.ID = identifierFrom(a.Body, a.Header, d.pointers, a.URL, record)
-				v.Warn = missedPointer(d.userPointer, a.Body)
+				v.ID = driver.Identifier(a.Body, a.Header, d.pointers, a.URL, record)
+				v.Warn = driver.MissedPointer(d.userPointer, a.Body)
 			}
 			return v
 		},
@@ -295,35 +271,10 @@ func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
 // document. The targets whose payload is a record (CouchDB, DataCite,
 // InvenioRDM) refuse arrays too, each in its own check.
 func checkDocument(body []byte) error {
-	if kind := jsonKind(body); kind != "an object" && kind != "an array" {
+	if kind := driver.JSONKind(body); kind != "an object" && kind != "an array" {
 		return fmt.Errorf("the payload is %s, not a document: want a JSON object or array", kind)
 	}
 	return nil
-}
-
-// jsonKind names the kind of the JSON value in canonical bytes, which begin
-// with the value's first byte: "an object", "an array", "a string", "a
-// number", "true", "false" or "null" ("nothing" for no bytes).
-func jsonKind(body []byte) string {
-	if len(body) == 0 {
-		return "nothing"
-	}
-	switch c := body[0]; {
-	case c == '{':
-		return "an object"
-	case c == '[':
-		return "an array"
-	case c == '"':
-		return "a string"
-	case c == 't':
-		return "true"
-	case c == 'f':
-		return "false"
-	case c == 'n':
-		return "null"
-	default:
-		return "a number"
-	}
 }
 
 // errHeaderGuarded is the error for a caller's header that a target sets

@@ -120,7 +120,7 @@ func (t DataCite) Driver() (driver.Driver, error) {
 	if strings.TrimSpace(raw) == "" {
 		raw = DataCiteTestEndpoint
 	}
-	ep, err := normalizeEndpoint(raw)
+	ep, err := driver.Endpoint("DataCite.Endpoint", raw)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (d dataciteDriver) StepTargets() []string {
 }
 
 func (d dataciteDriver) SecretFingerprint() string { return "" }
-func (d dataciteDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d dataciteDriver) Guards(name string) bool   { return driver.Guarded(name) }
 func (d dataciteDriver) DefaultRate() float64      { return DataCiteRate }
 
 // url is {endpoint}/dois[/doi], the endpoint's query kept.

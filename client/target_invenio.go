@@ -144,7 +144,7 @@ type invenioDriver struct {
 }
 
 func (t Invenio) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("Invenio.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("Invenio.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -202,8 +202,8 @@ func (d invenioDriver) StepTargets() []string {
 	return t
 }
 
-func (d invenioDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
-func (d invenioDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d invenioDriver) SecretFingerprint() string { return driver.SecretFingerprint(d.secret) }
+func (d invenioDriver) Guards(name string) bool   { return driver.Guarded(name) }
 func (d invenioDriver) DefaultRate() float64      { return InvenioRate }
 func (d invenioDriver) wantsFileMD5() bool        { return true }
 
@@ -261,11 +261,11 @@ func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 // keyed with file digests (k.MD5); dir is where its files are read from.
 func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, error) {
 	payload := k.Body
-	var files []datasetFile
+	var files []driver.DatasetFile
 	if dir != "" || k.MD5 != nil {
 		var doc struct {
-			Dataset  []datasetFile   `json:"dataset"`
-			Metadata json.RawMessage `json:"metadata"`
+			Dataset  []driver.DatasetFile `json:"dataset"`
+			Metadata json.RawMessage      `json:"metadata"`
 		}
 		if err := json.Unmarshal(k.Body, &doc); err != nil || len(doc.Dataset) == 0 {
 			return nil, nil, errors.New("invenio: not a dataset document")
@@ -414,7 +414,7 @@ func (d invenioDriver) markerCheck(marker string) *check {
 }
 
 // fileSteps are the three steps of one file; at is the index of the first.
-func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at int) []step {
+func (d invenioDriver) fileSteps(key, dir string, f driver.DatasetFile, md5 string, at int) []step {
 	want := "md5:" + md5
 	label := "file " + strconv.Quote(f.Path)
 	path := filepath.Join(dir, filepath.FromSlash(f.Path))
@@ -479,7 +479,7 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 				if err != nil {
 					return nil, err
 				}
-				return sizedFile{fh, f.Size}, nil
+				return driver.SizedFile{File: fh, Size: f.Size}, nil
 			}
 			return request{Method: http.MethodPut, URL: d.fileURL(prior[0], f.Path, "/content"), Header: h, Open: open, Size: f.Size}, nil
 		},
@@ -759,7 +759,7 @@ func invenioProblem(body []byte) string {
 	for _, fe := range e.Errors {
 		parts = append(parts, fe.Field+": "+strings.Join(fe.Messages, " "))
 	}
-	return oneLine(strings.Join(parts, "; "))
+	return driver.OneLine(strings.Join(parts, "; "))
 }
 
 // stringMember is the string member name of a JSON object body, or "".

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,14 +61,14 @@ type CouchDB struct {
 type webdavDriver struct{ endpoint string }
 
 func (t WebDAV) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("WebDAV.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("WebDAV.Endpoint", t.Endpoint)
 	return webdavDriver{ep}, err
 }
 
 func (d webdavDriver) Name() string              { return driver.TargetName(protocol.WebDAV, d.endpoint) }
 func (d webdavDriver) StepTargets() []string     { return nil }
 func (d webdavDriver) SecretFingerprint() string { return "" }
-func (d webdavDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d webdavDriver) Guards(name string) bool   { return driver.Guarded(name) }
 
 func (d webdavDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	url := driver.RecordURL(d.endpoint, k.Key)
@@ -98,7 +97,7 @@ func (d webdavDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 // parentCollection is the URL of the collection a record URL is in.
 func parentCollection(record string) string {
 	dir, _, _ := strings.Cut(record, "?")
-	return redactURL(dir[:strings.LastIndex(dir, "/")+1])
+	return driver.RedactURL(dir[:strings.LastIndex(dir, "/")+1])
 }
 
 type s3Driver struct {
@@ -107,7 +106,7 @@ type s3Driver struct {
 }
 
 func (t S3) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("S3.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("S3.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +124,7 @@ func (d s3Driver) SecretFingerprint() string { return "" }
 // are the signer's.
 func (d s3Driver) Guards(name string) bool {
 	name = textproto.CanonicalMIMEHeaderKey(name)
-	return guardsConditional(name) || name == "Authorization" || strings.HasPrefix(name, "X-Amz-")
+	return driver.Guarded(name) || name == "Authorization" || strings.HasPrefix(name, "X-Amz-")
 }
 
 func (d s3Driver) WrapTransport(next http.RoundTripper) http.RoundTripper {
@@ -149,7 +148,7 @@ func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 	var steps []step
 	name := k.Key
 	if dir != "" {
-		files, err := datasetFiles(k.Body)
+		files, err := driver.DatasetFiles(k.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -182,7 +181,7 @@ func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 // earlier attempt at this dataset: its name holds the content key. The step
 // is not durable: S3 arbitrates a re-send, and the document written last
 // says the dataset is complete.
-func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
+func (d s3Driver) fileStep(key, dir string, f driver.DatasetFile) step {
 	url := d.objectURL(key + "/" + f.Path)
 	file := filepath.Join(dir, filepath.FromSlash(f.Path))
 	return step{
@@ -197,41 +196,13 @@ func (d s3Driver) fileStep(key, dir string, f datasetFile) step {
 				if err != nil {
 					return nil, err
 				}
-				return sizedFile{fh, f.Size}, nil
+				return driver.SizedFile{File: fh, Size: f.Size}, nil
 			}
 			return request{Method: http.MethodPut, URL: url, Header: h, Open: open}, nil
 		},
 		Judge: judgeS3,
 	}
 }
-
-// datasetFile is one entry of a canonical dataset document.
-type datasetFile struct {
-	Path   string `json:"path"`
-	SHA256 string `json:"sha256"`
-	Size   int64  `json:"size"`
-}
-
-// datasetFiles reads the file list of a canonical dataset document.
-func datasetFiles(doc []byte) ([]datasetFile, error) {
-	var d struct {
-		Dataset []datasetFile `json:"dataset"`
-	}
-	if err := json.Unmarshal(doc, &d); err != nil || len(d.Dataset) == 0 {
-		return nil, errors.New("not a dataset document")
-	}
-	return d.Dataset, nil
-}
-
-// sizedFile is an open file that tells go-retryablehttp its length, so the
-// request carries a Content-Length (S3 refuses chunked uploads without
-// aws-chunked encoding).
-type sizedFile struct {
-	*os.File
-	size int64
-}
-
-func (f sizedFile) Len() int { return int(f.size) }
 
 // s3StopCodes are S3 error codes that concern every request of the run
 // (credentials, signature, clock, region), whatever their status.
@@ -299,20 +270,20 @@ func s3Problem(body []byte) (code, problem string) {
 	if e.Message != "" {
 		problem += ": " + e.Message
 	}
-	return e.Code, oneLine(problem)
+	return e.Code, driver.OneLine(problem)
 }
 
 type couchdbDriver struct{ endpoint string }
 
 func (t CouchDB) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("CouchDB.Endpoint", t.Endpoint)
+	ep, err := driver.Endpoint("CouchDB.Endpoint", t.Endpoint)
 	return couchdbDriver{ep}, err
 }
 
 func (d couchdbDriver) Name() string              { return driver.TargetName(protocol.CouchDB, d.endpoint) }
 func (d couchdbDriver) StepTargets() []string     { return nil }
 func (d couchdbDriver) SecretFingerprint() string { return "" }
-func (d couchdbDriver) Guards(name string) bool   { return guardsConditional(name) }
+func (d couchdbDriver) Guards(name string) bool   { return driver.Guarded(name) }
 
 // wantsFileMD5: a dataset's files are checked against the MD5 digests
 // CouchDB reports for attachments.
@@ -349,7 +320,7 @@ func (d couchdbDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 // which CouchDB reserves (_id, _rev, _attachments change what a PUT means;
 // others are refused).
 func checkCouchDocument(body []byte) error {
-	if kind := jsonKind(body); kind != "an object" {
+	if kind := driver.JSONKind(body); kind != "an object" {
 		return fmt.Errorf("couchdb: a document must be a JSON object, not %s", kind)
 	}
 	var doc map[string]json.RawMessage

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"net/http"
+	"net/textproto"
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
@@ -33,6 +34,18 @@ type Driver interface {
 	// the directory of a dataset's files, "" for a payload that is not a
 	// dataset.
 	Steps(k canonical.Keyed, dir string) ([]Step, error)
+}
+
+// Guarded reports whether name is a header every built-in target reserves,
+// for a [Driver.Guards] to start from: a caller's If-None-Match or
+// If-Match would change what a write means, and an Idempotency-Key of the
+// caller's would replace the one derived from the key.
+func Guarded(name string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "If-None-Match", "If-Match", "Idempotency-Key":
+		return true
+	}
+	return false
 }
 
 // TransportWrapper is a Driver whose requests go through a transport of
