@@ -378,7 +378,7 @@ func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
+	if m, ok := drv.(driver.FileMD5er); ok && m.WantsFileMD5() {
 		keyer = keyer.WithFileMD5()
 	}
 	return keyer, nil

@@ -24,6 +24,7 @@ var (
 	_ driver.TransportWrapper = invenioDriver{}
 	_ driver.TransportWrapper = s3Driver{}
 	_ driver.RequestPacer     = invenioDriver{}
-	_ seeder                  = invenioDriver{}
-	_ fileMD5er               = invenioDriver{}
+	_ driver.Seeder           = invenioDriver{}
+	_ driver.FileMD5er        = invenioDriver{}
+	_ driver.FileMD5er        = couchdbDriver{}
 )

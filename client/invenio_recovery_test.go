@@ -217,10 +217,10 @@ func TestInvenioScanCutShortKeepsNothing(t *testing.T) {
 	require.Equal(t, before.Drafts, s.Stats().Drafts)
 
 	drv := Invenio{Endpoint: s.API}.mustDriver(t)
-	scanned, err := lost.ClaimScan(context.Background(), drv.scanTarget(), dedup.Lease{Owner: "test", TTL: time.Minute})
+	scanned, err := lost.ClaimScan(context.Background(), drv.ScanTarget(), dedup.Lease{Owner: "test", TTL: time.Minute})
 	require.NoError(t, err, "the killed scan's lease was released")
 	require.False(t, scanned, "nothing of the scan was kept")
-	require.NoError(t, lost.ReleaseScan(context.Background(), drv.scanTarget(), "test"))
+	require.NoError(t, lost.ReleaseScan(context.Background(), drv.ScanTarget(), "test"))
 
 	sum = runBatch(t, invenioClient(t, s, lost, Invenio{}, fastRetry), recs, BatchOptions{})
 	require.Equal(t, len(recs), sum.Replayed)

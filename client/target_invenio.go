@@ -22,7 +22,6 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
-	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -181,7 +180,7 @@ func (d invenioDriver) recheckTarget() string {
 
 // scanTarget names the scan of the user's records (dedup's scan tables),
 // one per endpoint whatever the steps.
-func (d invenioDriver) scanTarget() string {
+func (d invenioDriver) ScanTarget() string {
 	return driver.TargetName(protocol.Invenio+"-scan", d.endpoint)
 }
 
@@ -205,7 +204,7 @@ func (d invenioDriver) StepTargets() []string {
 func (d invenioDriver) SecretFingerprint() string { return driver.SecretFingerprint(d.secret) }
 func (d invenioDriver) Guards(name string) bool   { return driver.Guarded(name) }
 func (d invenioDriver) DefaultRate() float64      { return InvenioRate }
-func (d invenioDriver) wantsFileMD5() bool        { return true }
+func (d invenioDriver) WantsFileMD5() bool        { return true }
 
 func (d invenioDriver) WrapTransport(next http.RoundTripper) http.RoundTripper {
 	return &invenioTransport{next: next}
@@ -248,7 +247,7 @@ func (d invenioDriver) fileURL(id, key, suffix string) string {
 	return d.url("records/"+url.PathEscape(id)+"/draft/files/"+strings.Join(parts, "/")+suffix, nil)
 }
 
-func (d invenioDriver) marker(k canonical.Keyed) string { return InvenioMarker(k.Key, d.secret) }
+func (d invenioDriver) Marker(k canonical.Keyed) string { return InvenioMarker(k.Key, d.secret) }
 
 // Steps are the draft, three per file, and the publish.
 func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
@@ -275,7 +274,7 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 			return nil, nil, fmt.Errorf("invenio: %d files, but a record may have at most %d (Invenio.MaxFiles)", len(files), d.maxFiles)
 		}
 	}
-	marker := d.marker(k)
+	marker := d.Marker(k)
 	body, err := invenioDraftBody(payload, marker, len(files) > 0)
 	if err != nil {
 		return nil, nil, err
@@ -601,19 +600,19 @@ const (
 	invenioScanWindow = 10000
 )
 
-func (d invenioDriver) scanSettle() time.Duration  { return d.settle }
-func (d invenioDriver) scanWindow() int            { return invenioScanWindow }
-func (d invenioDriver) problem(body []byte) string { return invenioProblem(body) }
+func (d invenioDriver) ScanSettle() time.Duration      { return d.settle }
+func (d invenioDriver) ScanWindow() int                { return invenioScanWindow }
+func (d invenioDriver) ScanProblem(body []byte) string { return invenioProblem(body) }
 
-// scanPage asks for every version (allversions): a record the user made a
+// ScanPage asks for every version (allversions): a record the user made a
 // new version of still carries its marker in the version deposited, which
 // a search of latest versions would not show.
-func (d invenioDriver) scanPage(page int) request {
+func (d invenioDriver) ScanPage(page int) request {
 	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}, "allversions": {"true"}}
 	return request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}
 }
 
-func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
+func (d invenioDriver) ReadScan(a answer) ([]driver.Found, int, int, bool) {
 	if a.Err != nil || a.Status != http.StatusOK {
 		return nil, 0, 0, false
 	}
@@ -621,37 +620,37 @@ func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
 	if !ok {
 		return nil, 0, 0, false
 	}
-	var found []dedup.Found
+	var found []driver.Found
 	for _, h := range hits {
 		for _, m := range h.markers() {
 			if h.adoptable(m) {
-				found = append(found, dedup.Found{Marker: m, ID: h.ID, PID: h.Pids.DOI.Identifier, Published: h.Published})
+				found = append(found, driver.Found{Marker: m, ID: h.ID, PID: h.Pids.DOI.Identifier, Published: h.Published})
 			}
 		}
 	}
 	return found, len(hits), total, true
 }
 
-// seedRows seeds a deposit found once: a published record settles every
+// SeedRows seeds a deposit found once: a published record settles every
 // step; a draft settles the draft step and leaves the later steps pending,
 // so that each looks before it is sent. Found twice or more, only the
 // draft step is left pending: its search reports the conflict.
-func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []dedup.Found) []seedRow {
+func (d invenioDriver) SeedRows(k canonical.Keyed, steps []step, found []driver.Found) []driver.SeedRow {
 	if len(found) > 1 {
-		return []seedRow{{step: 0}}
+		return []driver.SeedRow{{Step: 0}}
 	}
 	f := found[0]
 	_, seeds, err := d.layout(k, "")
 	if err != nil || len(seeds) != len(steps) {
-		return []seedRow{{step: 0}}
+		return []driver.SeedRow{{Step: 0}}
 	}
-	rows := []seedRow{{step: 0, id: f.ID, done: true}}
+	rows := []driver.SeedRow{{Step: 0, ID: f.ID, Done: true}}
 	for i := 1; i < len(steps); i++ {
 		id := seeds[i]
 		if steps[i].Primary {
 			id = cmp.Or(f.PID, f.ID)
 		}
-		rows = append(rows, seedRow{step: i, id: id, done: f.Published})
+		rows = append(rows, driver.SeedRow{Step: i, ID: id, Done: f.Published})
 	}
 	return rows
 }

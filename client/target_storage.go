@@ -285,9 +285,9 @@ func (d couchdbDriver) StepTargets() []string     { return nil }
 func (d couchdbDriver) SecretFingerprint() string { return "" }
 func (d couchdbDriver) Guards(name string) bool   { return driver.Guarded(name) }
 
-// wantsFileMD5: a dataset's files are checked against the MD5 digests
+// WantsFileMD5: a dataset's files are checked against the MD5 digests
 // CouchDB reports for attachments.
-func (d couchdbDriver) wantsFileMD5() bool { return true }
+func (d couchdbDriver) WantsFileMD5() bool { return true }
 
 // Steps is one PUT of the document; for a dataset, the dataset document
 // with every file inline as an attachment (couchdb_attachments.go).
