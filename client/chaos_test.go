@@ -109,7 +109,7 @@ func TestChaos(t *testing.T) {
 				require.NoError(t, r.Err, "line %d", line)
 				serverKey := r.Key
 				if proto == protocol.IdempotencyKey {
-					serverKey = strings.Trim(driver.IdempotencyKey(c.target.(idempotencyKeyDriver).endpoint, r.Key, nil), `"`)
+					serverKey = strings.Trim(driver.IdempotencyKey(mustEndpoint(srv.URL), r.Key, nil), `"`)
 				}
 				require.Equal(t, byKey[serverKey], r.Identifier, "line %d", line)
 				require.True(t, strings.HasPrefix(r.Identifier, "10.5072/"), r.Identifier)

@@ -137,3 +137,13 @@ type SeedRow struct {
 type FileMD5er interface {
 	WantsFileMD5() bool
 }
+
+// Prober is a Driver whose deposit of a plain payload is one conditional
+// create of a record at a URL of its own (put, webdav, s3, couchdb), so
+// that a probe (client.NewProbe) can ask whether the server honours the
+// condition: the probe writes a record twice with that step's request,
+// judges both answers with its Judge, and then removes the record with
+// the request ProbeRemoval returns, given the answer that created it.
+type Prober interface {
+	ProbeRemoval(created Answer) (Request, error)
+}
