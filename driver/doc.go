@@ -8,7 +8,9 @@
 // answer means ([Step.Judge]). The engine decides when to send, wait,
 // retry, record and report; a driver never sends a request itself and
 // never calls back into the engine. This page is what a driver's author
-// must know of what the engine promises and expects.
+// must know of what the engine promises and expects. The built-in targets
+// (the packages under target, such as target/put and target/invenio) are
+// written against this package alone, as a target of one's own is.
 //
 // # Judging answers
 //
@@ -133,6 +135,8 @@
 //     that arbitrates nothing and has no Seeder is reconciled per step, by
 //     its checks, while its store holds the deposits' rows; a run on an
 //     empty store sends afresh what an earlier, lost store had recorded.
+//   - [Prober]: client.NewProbe may probe the target, writing a record
+//     twice with its one conditional create and removing it after.
 //
 // Each is checked by a type assertion on the Driver value, so a method
 // misnamed silently turns its capability off: assert it where the driver

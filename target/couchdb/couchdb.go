@@ -49,7 +49,7 @@ func (d couchdbDriver) Guards(name string) bool   { return driver.Guarded(name) 
 func (d couchdbDriver) WantsFileMD5() bool { return true }
 
 // Steps is one PUT of the document; for a dataset, the dataset document
-// with every file inline as an attachment (couchdb_attachments.go).
+// with every file inline as an attachment (attachments.go).
 func (d couchdbDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 	if err := checkCouchDocument(k.Body); err != nil {
 		return nil, err
