@@ -12,6 +12,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // Deposit a small batch against a repository that drops a third of the
@@ -37,7 +38,7 @@ func Example() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Target: client.Put{Endpoint: srv.URL},
+		Target: put.Target{Endpoint: srv.URL},
 		Store:  store,
 		Ignore: []string{"/submitted"}, // volatile: not part of the key
 		Retry:  backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 10},

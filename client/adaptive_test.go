@@ -11,6 +11,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // throttleFirst answers 503 to the first n PUTs for each path, 201 after.
@@ -49,7 +50,7 @@ func TestAdaptiveRateThrottlesSpendNoRetryBudgetWhileTheRateCanFall(t *testing.T
 			srv := httptest.NewServer(&throttleFirst{n: 2, seen: map[string]int{}})
 			defer srv.Close()
 			c, err := New(Config{
-				Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+				Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 				Budget: backoff.NewBudget(10), StaticRate: !adaptive,
 			})
 			require.NoError(t, err)
@@ -71,7 +72,7 @@ func TestAdaptiveRateStopsARunThrottledAtItsLowestRate(t *testing.T) {
 	// A ceiling of 1 request a second is the adaptive rate's lowest: it
 	// starts there, as it would after a server had throttled it down.
 	c, err := New(Config{
-		Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+		Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 		Budget: backoff.NewBudget(10), Rate: 1,
 	})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // A batch whose keys come three times each, far apart and close together,
@@ -24,7 +25,7 @@ func TestClaimsAheadNeverResendASettledKey(t *testing.T) {
 	srv, err := repotest.NewServer(repotest.Config{})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t)})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t)})
 	require.NoError(t, err)
 	const keys = 700
 	line := 0
@@ -74,7 +75,7 @@ func attemptsOf(t *testing.T, s *dedup.SQLite, target string) map[int]int {
 func TestAClaimMadeAheadStandsWhileItsLeaseIsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := openStore(t)
-		c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store, Lease: 400 * time.Millisecond})
+		c, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store, Lease: 400 * time.Millisecond})
 		require.NoError(t, err)
 		var on atomic.Bool
 		on.Store(true)
@@ -115,7 +116,7 @@ func TestClaimsAheadAreTakenInTimeAgainstASlowServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Lease: 800 * time.Millisecond})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Lease: 800 * time.Millisecond})
 	require.NoError(t, err)
 	const n = 200
 	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
@@ -138,7 +139,7 @@ func TestClaimsAheadAreTakenInTimeAgainstASlowServer(t *testing.T) {
 // settle it before the later item's deposit would use the claim.
 func TestAKeyInFlightIsNotClaimedAhead(t *testing.T) {
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store})
 	require.NoError(t, err)
 	var on atomic.Bool
 	on.Store(true)
@@ -180,7 +181,7 @@ func TestAStoppedBatchLeavesNothingPendingThatItNeverSent(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	const n = 400
 	items := func(yield func(Item) bool) {

@@ -16,6 +16,7 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 func benchPayload(run string, i int) []byte {
@@ -54,7 +55,7 @@ func benchClient(b *testing.B, conc int, latency time.Duration) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func BenchmarkReplay(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rc, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+		rc, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 		if err != nil {
 			b.Fatal(err)
 		}

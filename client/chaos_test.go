@@ -12,6 +12,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
 )
@@ -108,7 +109,7 @@ func TestChaos(t *testing.T) {
 				require.NoError(t, r.Err, "line %d", line)
 				serverKey := r.Key
 				if proto == protocol.IdempotencyKey {
-					serverKey = strings.Trim(idempotencyKey(c.target.(idempotencyKeyDriver).endpoint, r.Key, nil), `"`)
+					serverKey = strings.Trim(driver.IdempotencyKey(mustEndpoint(srv.URL), r.Key, nil), `"`)
 				}
 				require.Equal(t, byKey[serverKey], r.Identifier, "line %d", line)
 				require.True(t, strings.HasPrefix(r.Identifier, "10.5072/"), r.Identifier)

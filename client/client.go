@@ -20,8 +20,9 @@ import (
 // Config configures a Client. Only Target and Store are required; every
 // other zero field has the default its comment gives.
 type Config struct {
-	// Target is where deposits go and how: Put, IdempotencyKey, WebDAV,
-	// S3, CouchDB, DataCite or Invenio. Required.
+	// Target is where deposits go and how: the Target of a package under
+	// target (put, idempotencykey, webdav, s3, couchdb, datacite, invenio)
+	// or a target of one's own. Required.
 	Target Target
 	// Store remembers every step's outcome. Required; *dedup.SQLite is one.
 	Store Store
@@ -42,8 +43,8 @@ type Config struct {
 	// Share one Budget between clients to share it between their batches.
 	Budget *backoff.Budget
 	// Rate limits requests per second (fractions allowed). 0 (unset) is
-	// the target's default: unlimited, except DataCiteRate under DataCite
-	// and InvenioRate under Invenio. NoRateLimit, or any negative Rate,
+	// the target's default: unlimited, except datacite.Rate under DataCite
+	// and invenio.Rate under InvenioRDM. NoRateLimit, or any negative Rate,
 	// is unlimited under every target. Rate is a hard ceiling: the
 	// adaptive rate (see StaticRate) only ever lowers it.
 	Rate float64
@@ -355,11 +356,8 @@ func driverOf(cfg Config) (driver.Driver, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("%w: Config.Store is required", ErrConfig)
 	}
-	drv, err := cfg.Target.Driver()
+	drv, err := targetDriver(cfg.Target)
 	if err != nil {
-		if !errors.Is(err, ErrConfig) {
-			err = fmt.Errorf("%w: %w", ErrConfig, err)
-		}
 		return nil, err
 	}
 	for name := range cfg.Header {
@@ -381,7 +379,7 @@ func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if m, ok := drv.(fileMD5er); ok && m.wantsFileMD5() {
+	if m, ok := drv.(driver.FileMD5er); ok && m.WantsFileMD5() {
 		keyer = keyer.WithFileMD5()
 	}
 	return keyer, nil
@@ -558,4 +556,13 @@ func retryPolicy(p backoff.Policy) backoff.Policy {
 		d.MaxElapsed = p.MaxElapsed
 	}
 	return d
+}
+
+// targetDriver is t's driver; an error is a configuration error.
+func targetDriver(t Target) (driver.Driver, error) {
+	drv, err := t.Driver()
+	if err != nil && !errors.Is(err, ErrConfig) {
+		err = fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return drv, err
 }

@@ -7,6 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/target/couchdb"
+	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/idempotencykey"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
+	"github.com/depositkit/deposit/target/s3"
+	"github.com/depositkit/deposit/target/webdav"
 )
 
 // A caller's header that would replace one the target sets for
@@ -19,16 +26,16 @@ func TestNewRefusesHeadersTheTargetGuards(t *testing.T) {
 		header string
 		refuse bool
 	}{
-		{"put: If-None-Match", Put{Endpoint: ep}, "If-None-Match", true},
-		{"put: if-match in lower case", Put{Endpoint: ep}, "if-match", true},
-		{"put: Authorization passes", Put{Endpoint: ep}, "Authorization", false},
-		{"idempotency-key: Idempotency-Key", IdempotencyKey{Endpoint: ep}, "Idempotency-Key", true},
-		{"webdav: If-None-Match", WebDAV{Endpoint: ep}, "If-None-Match", true},
-		{"couchdb: If-Match (a revision would update)", CouchDB{Endpoint: ep}, "If-Match", true},
+		{"put: If-None-Match", put.Target{Endpoint: ep}, "If-None-Match", true},
+		{"put: if-match in lower case", put.Target{Endpoint: ep}, "if-match", true},
+		{"put: Authorization passes", put.Target{Endpoint: ep}, "Authorization", false},
+		{"idempotency-key: Idempotency-Key", idempotencykey.Target{Endpoint: ep}, "Idempotency-Key", true},
+		{"webdav: If-None-Match", webdav.Target{Endpoint: ep}, "If-None-Match", true},
+		{"couchdb: If-Match (a revision would update)", couchdb.Target{Endpoint: ep}, "If-Match", true},
 		{"s3: Authorization (the signer's)", targetFor("s3", ep), "Authorization", true},
 		{"s3: X-Amz-Date", targetFor("s3", ep), "x-amz-date", true},
 		{"s3: Content-Language passes", targetFor("s3", ep), "Content-Language", false},
-		{"datacite: Authorization passes", DataCite{Endpoint: ep, Prefix: "10.5072"}, "Authorization", false},
+		{"datacite: Authorization passes", datacite.Target{Endpoint: ep, Prefix: "10.5072"}, "Authorization", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +55,7 @@ func TestNewRefusesHeadersTheTargetGuards(t *testing.T) {
 }
 
 func TestNewRefusesAMalformedIDPointer(t *testing.T) {
-	for _, target := range []Target{Put{Endpoint: "http://127.0.0.1:1", IDPointer: "id"}, IdempotencyKey{Endpoint: "http://127.0.0.1:1", IDPointer: "/a~2"}} {
+	for _, target := range []Target{put.Target{Endpoint: "http://127.0.0.1:1", IDPointer: "id"}, idempotencykey.Target{Endpoint: "http://127.0.0.1:1", IDPointer: "/a~2"}} {
 		_, err := New(Config{Target: target, Store: openStore(t)})
 		require.ErrorIs(t, err, ErrConfig)
 		require.ErrorContains(t, err, "IDPointer")
@@ -62,11 +69,11 @@ func TestNewSaysAMissingEndpointIsRequired(t *testing.T) {
 		field  string
 		target Target
 	}{
-		{"Put.Endpoint", Put{}},
-		{"IdempotencyKey.Endpoint", IdempotencyKey{Endpoint: "  "}},
-		{"WebDAV.Endpoint", WebDAV{}},
-		{"S3.Endpoint", S3{AWS: *testAWS}},
-		{"CouchDB.Endpoint", CouchDB{}},
+		{"put.Target.Endpoint", put.Target{}},
+		{"idempotencykey.Target.Endpoint", idempotencykey.Target{Endpoint: "  "}},
+		{"webdav.Target.Endpoint", webdav.Target{}},
+		{"s3.Target.Endpoint", s3.Target{AWS: *testAWS}},
+		{"couchdb.Target.Endpoint", couchdb.Target{}},
 	} {
 		t.Run(tt.field, func(t *testing.T) {
 			_, err := New(Config{Target: tt.target, Store: openStore(t)})
@@ -90,9 +97,9 @@ func TestNoRateLimitIsUnlimitedUnderEveryTarget(t *testing.T) {
 		target Target
 		def    float64
 	}{
-		{Put{Endpoint: "http://repo.example/recs"}, 0},
-		{DataCite{Prefix: "10.5072"}, DataCiteRate},
-		{Invenio{Endpoint: "http://repo.example/api"}, InvenioRate},
+		{put.Target{Endpoint: "http://repo.example/recs"}, 0},
+		{datacite.Target{Prefix: "10.5072"}, datacite.Rate},
+		{invenio.Target{Endpoint: "http://repo.example/api"}, invenio.Rate},
 	} {
 		d, err := tc.target.Driver()
 		require.NoError(t, err)

@@ -14,16 +14,3 @@ type (
 	finding     = driver.Finding
 	findingKind = driver.FindingKind
 )
-
-// The built-in drivers' optional capabilities, checked when the package
-// compiles: the engine finds a capability by a type assertion, so a method
-// misnamed would silently turn it off.
-var (
-	_ driver.RateSetter       = dataciteDriver{}
-	_ driver.RateSetter       = invenioDriver{}
-	_ driver.TransportWrapper = invenioDriver{}
-	_ driver.TransportWrapper = s3Driver{}
-	_ driver.RequestPacer     = invenioDriver{}
-	_ seeder                  = invenioDriver{}
-	_ fileMD5er               = invenioDriver{}
-)

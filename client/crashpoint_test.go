@@ -15,6 +15,7 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // crashEnv selects the crash point of TestCrashHelperProcess's child.
@@ -107,7 +108,7 @@ func TestCrashHelperProcess(t *testing.T) {
 	if point == "ahead" {
 		lease = 10 * time.Second
 	}
-	c, err := New(Config{Target: Put{Endpoint: os.Getenv("CLIENT_CRASH_URL")}, Store: stallingStore{SQLite: store, point: point}, Lease: lease})
+	c, err := New(Config{Target: put.Target{Endpoint: os.Getenv("CLIENT_CRASH_URL")}, Store: stallingStore{SQLite: store, point: point}, Lease: lease})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(1)
@@ -161,7 +162,7 @@ func TestAKillAtEachBatchedWriteLosesNothing(t *testing.T) {
 			store, err := dedup.Open(db)
 			require.NoError(t, err)
 			t.Cleanup(func() { store.Close() })
-			c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+			c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 			require.NoError(t, err)
 			onServer := map[string]bool{}
 			for _, r := range srv.Records() {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/datacite"
 )
 
 const testPrefix = "10.5072"
@@ -28,7 +28,7 @@ const testPrefix = "10.5072"
 func newDataCiteClient(t *testing.T, srv *repotest.DataCiteServer, store Store, mod func(*Config)) *Client {
 	t.Helper()
 	cfg := Config{
-		Target: DataCite{Endpoint: srv.URL, Prefix: testPrefix}, Store: store,
+		Target: datacite.Target{Endpoint: srv.URL, Prefix: testPrefix}, Store: store,
 		Retry: fastRetry, Rate: -1, HTTPClient: srv.Client(),
 	}
 	if mod != nil {
@@ -41,7 +41,7 @@ func newDataCiteClient(t *testing.T, srv *repotest.DataCiteServer, store Store, 
 
 // setEvent sets the DataCite event of cfg's target.
 func setEvent(cfg *Config, event string) {
-	dc := cfg.Target.(DataCite)
+	dc := cfg.Target.(datacite.Target)
 	dc.Event = event
 	cfg.Target = dc
 }
@@ -69,92 +69,33 @@ func dcPayload(i int) []byte {
 	return fmt.Appendf(nil, `{"titles":[{"title":"Reef temperature, station %d"}],"creators":[{"name":"Vega, A."}],"publisher":"Reef Institute","publicationYear":2026,"types":{"resourceTypeGeneral":"Dataset"},"url":"https://example.org/reef/%d"}`, i, i)
 }
 
-func TestDOIMatchesIndependentDerivation(t *testing.T) {
-	t.Run("pinned vectors", func(t *testing.T) {
-		for key, want := range map[string]string{
-			strings.Repeat("00", 32): "10.5072/dk-aaaa-aaaa-aaaa-aaaa",
-			strings.Repeat("ff", 32): "10.5072/dk-7777-7777-7777-7777",
-			// SHA-256 of the empty string; hand-checked: e3b0c44298fc1c149afb
-			// is 11100 01110 11000 01100 01000 10100 11000 11111 10000 01110
-			// 00001 01001 00110 10111 11011 = 4oym iquy 7qob jgx3.
-			"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855": "10.5072/dk-4oym-iquy-7qob-jgx3",
-		} {
-			got, err := DOI(testPrefix, key)
-			require.NoError(t, err)
-			require.Equal(t, want, got)
-		}
-	})
-	t.Run("python3 base64.b32encode agrees", func(t *testing.T) {
-		py, err := exec.LookPath("python3")
-		if err != nil {
-			t.Skip("python3 is not installed: the independent derivation cannot run")
-		}
-		keyer, err := canonical.NewKeyer(canonical.FormJCS, nil)
-		require.NoError(t, err)
-		var keys []string
-		for i := range 50 {
-			k, err := keyer.Key(dcPayload(i))
-			require.NoError(t, err)
-			keys = append(keys, k.Key)
-		}
-		script := `import base64, sys
-for k in sys.stdin.read().split():
-    s = base64.b32encode(bytes.fromhex(k)[:10]).decode().lower()
-    print("10.5072/dk-" + "-".join(s[i:i+4] for i in range(0, 16, 4)))`
-		cmd := exec.Command(py, "-c", script)
-		cmd.Stdin = strings.NewReader(strings.Join(keys, "\n"))
-		out, err := cmd.Output()
-		require.NoError(t, err)
-		want := strings.Fields(string(out))
-		require.Len(t, want, len(keys))
-		for i, k := range keys {
-			got, err := DOI(testPrefix, k)
-			require.NoError(t, err)
-			require.Equal(t, want[i], got, "key %s", k)
-		}
-	})
-	t.Run("the DOI is lower case", func(t *testing.T) {
-		got, err := DOI("10.5072", strings.Repeat("ab", 32))
-		require.NoError(t, err)
-		require.Equal(t, strings.ToLower(got), got)
-	})
-	t.Run("bad prefix or key is refused", func(t *testing.T) {
-		for _, p := range []string{"", "10.", "11.5072", "10.50a2", "10.5072.", "10..1"} {
-			_, err := DOI(p, strings.Repeat("00", 32))
-			require.Error(t, err, "prefix %q", p)
-		}
-		_, err := DOI(testPrefix, "abc")
-		require.Error(t, err)
-	})
-}
-
 func TestDataCiteConfig(t *testing.T) {
 	store := openStore(t)
 	t.Run("the test system and DataCite's rate are the defaults", func(t *testing.T) {
-		c, err := New(Config{Target: DataCite{Prefix: testPrefix}, Store: store})
+		c, err := New(Config{Target: datacite.Target{Prefix: testPrefix}, Store: store})
 		require.NoError(t, err)
-		require.Equal(t, "datacite "+DataCiteTestEndpoint+" "+testPrefix, c.StoreTarget())
+		require.Equal(t, "datacite "+datacite.TestEndpoint+" "+testPrefix, c.StoreTarget())
 		require.NotNil(t, c.http.Transport.(*sharedTransport).limiter, "rate limited by default")
 	})
 	t.Run("a negative rate is unlimited", func(t *testing.T) {
-		c, err := New(Config{Target: DataCite{Prefix: testPrefix}, Store: store, Rate: -1})
+		c, err := New(Config{Target: datacite.Target{Prefix: testPrefix}, Store: store, Rate: -1})
 		require.NoError(t, err)
 		require.Nil(t, c.http.Transport.(*sharedTransport).limiter)
 	})
 	t.Run("production only when named", func(t *testing.T) {
-		c, err := New(Config{Target: DataCite{Endpoint: DataCiteEndpoint, Prefix: "10.1234"}, Store: store})
+		c, err := New(Config{Target: datacite.Target{Endpoint: datacite.Endpoint, Prefix: "10.1234"}, Store: store})
 		require.NoError(t, err)
-		require.Equal(t, "datacite "+DataCiteEndpoint+" 10.1234", c.StoreTarget())
+		require.Equal(t, "datacite "+datacite.Endpoint+" 10.1234", c.StoreTarget())
 	})
 	t.Run("a missing prefix is refused", func(t *testing.T) {
-		_, err := New(Config{Target: DataCite{}, Store: store})
+		_, err := New(Config{Target: datacite.Target{}, Store: store})
 		require.ErrorIs(t, err, ErrConfig)
-		require.ErrorContains(t, err, "DataCite.Prefix")
+		require.ErrorContains(t, err, "datacite.Target.Prefix")
 	})
 	t.Run("an unknown event is refused", func(t *testing.T) {
-		_, err := New(Config{Target: DataCite{Prefix: testPrefix, Event: "hide"}, Store: store})
+		_, err := New(Config{Target: datacite.Target{Prefix: testPrefix, Event: "hide"}, Store: store})
 		require.ErrorIs(t, err, ErrConfig)
-		require.ErrorContains(t, err, "DataCite.Event")
+		require.ErrorContains(t, err, "datacite.Target.Event")
 	})
 	t.Run("datacite is a protocol name", func(t *testing.T) {
 		p, err := protocol.Parse("datacite")
@@ -169,7 +110,7 @@ func TestDataCiteRequestBody(t *testing.T) {
 	line := []byte(`{"titles":[{"title":"A <b> & c"}],"alternateIdentifiers":[{"alternateIdentifier":"x-1","alternateIdentifierType":"local"}],"prefix":"10.5072"}`)
 	k, err := c.Key(line)
 	require.NoError(t, err)
-	doi, err := DOI(testPrefix, k.Key)
+	doi, err := datacite.DOI(testPrefix, k.Key)
 	require.NoError(t, err)
 
 	t.Run("the payload's attributes with the DOI and the key added", func(t *testing.T) {
@@ -292,7 +233,7 @@ func TestDataCiteChaos(t *testing.T) {
 	require.Len(t, byDOI, distinct)
 	for line, r := range final {
 		require.NoError(t, r.Err, "line %d", line)
-		want, err := DOI(testPrefix, r.Key)
+		want, err := datacite.DOI(testPrefix, r.Key)
 		require.NoError(t, err)
 		require.Equal(t, want, r.Identifier, "line %d", line)
 		d, ok := byDOI[r.Identifier]
@@ -323,7 +264,7 @@ func TestDataCiteForeignDOIIsReportedNotClaimed(t *testing.T) {
 			payload := dcPayload(1)
 			k, err := c.Key(payload)
 			require.NoError(t, err)
-			doi, err := DOI(testPrefix, k.Key)
+			doi, err := datacite.DOI(testPrefix, k.Key)
 			require.NoError(t, err)
 
 			// Someone else holds our derived name.
@@ -365,7 +306,7 @@ func TestDataCiteTakenButUnreadableStaysUnresolved(t *testing.T) {
 		reply{status: http.StatusUnprocessableEntity, body: `{"errors":[{"source":"doi","title":"This DOI has already been taken","uid":"10.5072/x"}]}`},
 	)
 	store := openStore(t)
-	c, err := New(Config{Target: DataCite{Endpoint: s.URL, Prefix: testPrefix}, Store: store, Retry: fastRetry, Rate: -1})
+	c, err := New(Config{Target: datacite.Target{Endpoint: s.URL, Prefix: testPrefix}, Store: store, Retry: fastRetry, Rate: -1})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), dcPayload(1))
 	require.ErrorIs(t, err, ErrUnresolved)
@@ -374,7 +315,7 @@ func TestDataCiteTakenButUnreadableStaysUnresolved(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatePending, rec.State)
 	require.Equal(t, fastRetry.MaxAttempts, s.writeCount(), "the attempts are the writes': a read-back that read its answer spends none")
-	doi, err := DOI(testPrefix, res.Key)
+	doi, err := datacite.DOI(testPrefix, res.Key)
 	require.NoError(t, err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -419,7 +360,7 @@ func TestDataCiteAnswers(t *testing.T) {
 		res, err := c.Deposit(context.Background(), dcPayload(1))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeCreated, res.Outcome, "the dropped create was this deposit's")
-		want, _ := DOI(testPrefix, res.Key)
+		want, _ := datacite.DOI(testPrefix, res.Key)
 		require.Equal(t, want, res.Identifier)
 		st := srv.Stats()
 		require.Equal(t, int64(1), st.Minted)
@@ -492,7 +433,7 @@ func TestDataCitePublishRunsOnceAcrossRuns(t *testing.T) {
 	for _, r := range first {
 		require.ErrorIs(t, r.Err, ErrUnresolved)
 		require.ErrorContains(t, r.Err, "publish step")
-		want, _ := DOI(testPrefix, r.Key)
+		want, _ := datacite.DOI(testPrefix, r.Key)
 		require.Equal(t, want, r.Identifier, "the DOI is reported even though publishing failed")
 	}
 	st := srv.Stats()
@@ -530,7 +471,7 @@ func TestDataCitePublishRefusedIsRecordedFailed(t *testing.T) {
 	res, err := c.Deposit(context.Background(), []byte(`{"titles":[{"title":"Draft only"}]}`))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.ErrorContains(t, err, "register step")
-	want, _ := DOI(testPrefix, res.Key)
+	want, _ := datacite.DOI(testPrefix, res.Key)
 	require.Equal(t, want, res.Identifier, "the draft DOI exists and is reported")
 	require.Equal(t, int64(1), srv.Stats().Minted)
 
@@ -539,37 +480,6 @@ func TestDataCitePublishRefusedIsRecordedFailed(t *testing.T) {
 	_, err = c.Deposit(context.Background(), []byte(`{"titles":[{"title":"Draft only"}]}`))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.Equal(t, before, srv.Stats().Requests)
-}
-
-// BenchmarkDOI derives a DOI from a key.
-func BenchmarkDOI(b *testing.B) {
-	key := strings.Repeat("e3", 32)
-	for b.Loop() {
-		if _, err := DOI(testPrefix, key); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDataCiteRequest builds the create body for a payload: attributes
-// parsed, DOI and key added, JSON:API document encoded.
-func BenchmarkDataCiteRequest(b *testing.B) {
-	d, err := DataCite{Endpoint: "http://127.0.0.1:1", Prefix: testPrefix}.Driver()
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := dcPayload(1)
-	key := strings.Repeat("e3", 32)
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		steps, err := d.Steps(canonical.Keyed{Key: key, Body: body}, "")
-		if err == nil {
-			_, err = steps[0].Build(nil)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 // BenchmarkDataCiteDeposit mints and publishes DOIs through the stub at
@@ -585,7 +495,7 @@ func BenchmarkDataCiteDeposit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	c, err := New(Config{Target: DataCite{Endpoint: srv.URL, Prefix: testPrefix, Event: "publish"},
+	c, err := New(Config{Target: datacite.Target{Endpoint: srv.URL, Prefix: testPrefix, Event: "publish"},
 		Store: store, Rate: -1, HTTPClient: srv.Client()})
 	if err != nil {
 		b.Fatal(err)

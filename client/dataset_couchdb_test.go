@@ -16,9 +16,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/couchdb"
 )
 
 // couchFiles is a dataset with an empty file, a binary one (every byte
@@ -78,7 +79,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 	dir, names := datasetDir(t, files)
 	ctx := context.Background()
 
-	c := peerClient(t, CouchDB{Endpoint: db})
+	c := peerClient(t, couchdb.Target{Endpoint: db})
 	res, err := c.DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
@@ -98,7 +99,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 	})
 
 	t.Run("a fresh store finds it existing, its files checked by digest", func(t *testing.T) {
-		fresh, err := peerClient(t, CouchDB{Endpoint: db}).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+		fresh, err := peerClient(t, couchdb.Target{Endpoint: db}).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 		require.NoError(t, err)
 		require.Equal(t, OutcomeExisting, fresh.Outcome)
 		require.Equal(t, res.Identifier, fresh.Identifier)
@@ -119,7 +120,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 		_, _ = readAnswer(resp, false)
 		require.Equal(t, http.StatusCreated, resp.StatusCode)
 
-		_, err = peerClient(t, CouchDB{Endpoint: db}).DepositDataset(ctx, dir, []byte(`{"title":"Old"}`), names)
+		_, err = peerClient(t, couchdb.Target{Endpoint: db}).DepositDataset(ctx, dir, []byte(`{"title":"Old"}`), names)
 		require.ErrorIs(t, err, ErrTerminal)
 		require.ErrorContains(t, err, `the document exists without the file "a.csv" as an attachment`)
 		old := couchDoc(t, db+"/"+k.Key)
@@ -129,7 +130,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 
 	t.Run("a file changed since it was hashed stores nothing", func(t *testing.T) {
 		dir, names := datasetDir(t, map[string]string{"a.csv": "x,y\n1,2\n", "b.csv": "x,y\n3,4\n"})
-		changing := peerClient(t, CouchDB{Endpoint: db})
+		changing := peerClient(t, couchdb.Target{Endpoint: db})
 		k, err := changing.keyer.DatasetKey(dir, []byte(`{"title":"Changing"}`), names)
 		require.NoError(t, err)
 		// The same length, other bytes: only the digest tells.
@@ -192,7 +193,7 @@ func TestCouchDBDatasetDroppedAfterCommitOnPouchDB(t *testing.T) {
 	files := couchFiles()
 	dir, names := datasetDir(t, files)
 
-	c := peerClient(t, CouchDB{Endpoint: proxy.URL + u.Path})
+	c := peerClient(t, couchdb.Target{Endpoint: proxy.URL + u.Path})
 	res, err := c.DepositDataset(context.Background(), dir, []byte(`{"title":"Dropped"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), proxy.dropped.Load(), "the first PUT was committed, then dropped")
@@ -229,13 +230,13 @@ func TestCouchDBDatasetBody(t *testing.T) {
 			ContentType string `json:"content_type"`
 			Data        []byte `json:"data"`
 		} `json:"_attachments"`
-		Dataset  []datasetFile  `json:"dataset"`
-		Metadata map[string]any `json:"metadata"`
+		Dataset  []driver.DatasetFile `json:"dataset"`
+		Metadata map[string]any       `json:"metadata"`
 	}
 	require.NoError(t, json.Unmarshal(reqs[0].body, &doc))
 	require.Len(t, doc.Attachments, len(files))
 	for name, content := range files {
-		require.Equal(t, couchAttachmentType, doc.Attachments[name].ContentType)
+		require.Equal(t, "application/octet-stream", doc.Attachments[name].ContentType)
 		require.Equal(t, []byte(content), append([]byte{}, doc.Attachments[name].Data...), name)
 	}
 	require.Equal(t, map[string]any{"t": float64(1)}, doc.Metadata)
@@ -255,64 +256,4 @@ func atoi(t *testing.T, s string) int {
 	var n int
 	require.NoError(t, json.Unmarshal([]byte(s), &n), "%q", s)
 	return n
-}
-
-// BenchmarkCouchDBDatasetBody is what a CouchDB dataset costs the client
-// beside S3's raw upload of the same 64 MiB file: reading the inline body
-// (base64, and the file's SHA-256 checked as it is read) against reading
-// the file as S3 sends it; and keying the dataset with each file's MD5
-// (which CouchDB's 409 check needs) against keying it without.
-func BenchmarkCouchDBDatasetBody(b *testing.B) {
-	const size = 64 << 20
-	dir := b.TempDir()
-	data := make([]byte, size)
-	for i := range data {
-		data[i] = byte(i * 7919 >> 3)
-	}
-	require.NoError(b, os.WriteFile(filepath.Join(dir, "big.bin"), data, 0o644))
-	c, err := New(Config{Target: CouchDB{Endpoint: "http://127.0.0.1:1/db"}, Store: storageStore(b)})
-	require.NoError(b, err)
-	k, err := c.keyer.DatasetKey(dir, []byte(`{}`), []string{"big.bin"})
-	require.NoError(b, err)
-	files, err := datasetFiles(k.Body)
-	require.NoError(b, err)
-
-	b.Run("raw", func(b *testing.B) {
-		b.SetBytes(size)
-		for b.Loop() {
-			fh, err := os.Open(filepath.Join(dir, "big.bin"))
-			require.NoError(b, err)
-			_, err = io.Copy(io.Discard, sizedFile{fh, size})
-			fh.Close()
-			require.NoError(b, err)
-		}
-	})
-	b.Run("inline", func(b *testing.B) {
-		head, tail, err := couchInlineFrame(files, k.Body)
-		require.NoError(b, err)
-		b.SetBytes(size)
-		b.ReportAllocs()
-		for b.Loop() {
-			body := newCouchInlineBody(dir, files, head, tail, 0)
-			_, err := io.Copy(io.Discard, body)
-			body.Close()
-			require.NoError(b, err)
-		}
-	})
-	for _, md5 := range []bool{false, true} {
-		keyer := c.keyer
-		name := "key+md5"
-		if !md5 {
-			keyer, err = canonical.NewKeyer(canonical.FormJCS, nil)
-			require.NoError(b, err)
-			name = "key"
-		}
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(size)
-			for b.Loop() {
-				_, err := keyer.DatasetKey(dir, []byte(`{}`), []string{"big.bin"})
-				require.NoError(b, err)
-			}
-		})
-	}
 }

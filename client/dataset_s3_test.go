@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,8 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/s3"
 )
 
 // datasetDir writes files (path -> content) under a new directory.
@@ -40,7 +44,7 @@ func TestS3DatasetOnVersity(t *testing.T) {
 	dir, names := datasetDir(t, files)
 	ctx := context.Background()
 
-	c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+	c := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)})
 	res, err := c.DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
@@ -49,7 +53,7 @@ func TestS3DatasetOnVersity(t *testing.T) {
 
 	signed := signedClient(versityAWS(s))
 	for name, content := range files {
-		status, body := get(t, signed, c.target.(s3Driver).objectURL(res.Key+"/"+name))
+		status, body := get(t, signed, s3ObjectURL(t, bucket, res.Key, name))
 		require.Equal(t, http.StatusOK, status, name)
 		require.Equal(t, content[:min(len(content), maxAnswerBytes)], body, name)
 	}
@@ -62,7 +66,7 @@ func TestS3DatasetOnVersity(t *testing.T) {
 	require.Equal(t, OutcomeReplayed, again.Outcome)
 	require.Equal(t, 0, again.Requests)
 
-	fresh, err := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)}).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
+	fresh, err := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)}).DepositDataset(ctx, dir, []byte(`{"title":"Reef"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, fresh.Outcome)
 	require.Equal(t, res.Identifier, fresh.Identifier)
@@ -89,7 +93,7 @@ func TestS3DatasetSendsAnEmptyFileWithContentLength(t *testing.T) {
 		require.Equal(t, "/bucket/"+res.Key+"/empty.txt", reqs[0].URL.Path)
 		requireContentLength(t, "0", reqs[0])
 		require.Empty(t, srv.bodies[0])
-		require.Equal(t, emptySHA256, reqs[0].Header.Get("X-Amz-Content-Sha256"))
+		require.Equal(t, emptySHA256Hex, reqs[0].Header.Get("X-Amz-Content-Sha256"))
 		requireContentLength(t, "3", reqs[1])
 	})
 	t.Run("a retry of the empty file carries it again", func(t *testing.T) {
@@ -116,7 +120,7 @@ func TestS3DatasetWithAnEmptyFileOnVersity(t *testing.T) {
 	dir, names := datasetDir(t, files)
 	ctx := context.Background()
 
-	c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+	c := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)})
 	res, err := c.DepositDataset(ctx, dir, []byte(`{"t":1}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
@@ -124,7 +128,7 @@ func TestS3DatasetWithAnEmptyFileOnVersity(t *testing.T) {
 
 	signed := signedClient(versityAWS(s))
 	for name, content := range files {
-		status, body := get(t, signed, c.target.(s3Driver).objectURL(res.Key+"/"+name))
+		status, body := get(t, signed, s3ObjectURL(t, bucket, res.Key, name))
 		require.Equal(t, http.StatusOK, status, name)
 		require.Equal(t, content, body, name)
 	}
@@ -172,4 +176,23 @@ func TestS3DatasetWritesTheDocumentLast(t *testing.T) {
 		require.Equal(t, 1, res.Retries)
 		require.Equal(t, "a", string(srv.bodies[1]))
 	})
+}
+
+// emptySHA256Hex is the hex SHA-256 of no bytes.
+const emptySHA256Hex = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// s3ObjectURL is the URL the s3 target at bucket writes file name of the
+// dataset of key to, escaped as the target signs it: the URL its file
+// step builds.
+func s3ObjectURL(t *testing.T, bucket, key, name string) string {
+	t.Helper()
+	d, err := s3.Target{Endpoint: bucket, AWS: *testAWS}.Driver()
+	require.NoError(t, err)
+	doc, err := json.Marshal(map[string]any{"dataset": []driver.DatasetFile{{Path: name, SHA256: emptySHA256Hex}}})
+	require.NoError(t, err)
+	steps, err := d.Steps(canonical.Keyed{Key: key, Body: doc}, t.TempDir())
+	require.NoError(t, err)
+	req, err := steps[0].Build(nil)
+	require.NoError(t, err)
+	return req.URL
 }

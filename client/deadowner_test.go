@@ -17,6 +17,8 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // deadOwnerEnv makes TestDeadOwnerHelperProcess claim a row and wait.
@@ -108,7 +110,7 @@ func TestADepositTakesOverAKilledProcesssKeyAtOnce(t *testing.T) {
 	t.Cleanup(srv.Close)
 	db := filepath.Join(t.TempDir(), "deposit.db")
 	store := openStoreAt(t, db)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	payload := []byte(`{"title":"claimed by a process killed"}`)
 	k, err := c.Key(payload)
@@ -134,7 +136,7 @@ func TestInvenioTakeoverFindsADraftCreatedAfterIt(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 10 * time.Millisecond})
 	db := filepath.Join(t.TempDir(), "deposit.db")
 	store := openStoreAt(t, db)
-	c := invenioClient(t, s, store, Invenio{SettleTime: 300 * time.Millisecond}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{SettleTime: 300 * time.Millisecond}, fastRetry)
 	payload := invenioRecord(7)
 	k, err := c.Key(payload)
 	require.NoError(t, err)
@@ -200,7 +202,7 @@ func postAsTheKilledProcess(s *repotest.InvenioServer, req request) error {
 func TestAKeyClaimedAheadFromAKilledProcessStaysRecovered(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "deposit.db")
 	store := openStoreAt(t, db)
-	c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store})
 	require.NoError(t, err)
 	k := c.mustKey(t, `{"n":"claimed by a process killed"}`)
 	claimAndDie(t, db, c.StoreTarget(), "", k.Key)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/target/put"
 )
 
 // At Debug, the Logger sees every request, retry (with its wait), replay
@@ -17,7 +19,7 @@ func TestDebugLogShowsRequestsRetriesReplaysAndSettlements(t *testing.T) {
 	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "0"}}, reply{status: 201})
 	var logs bytes.Buffer
 	c, err := New(Config{
-		Target: Put{Endpoint: srv.URL + "/recs?token=QSECRET"},
+		Target: put.Target{Endpoint: srv.URL + "/recs?token=QSECRET"},
 		Store:  openStore(t),
 		Retry:  fastRetry,
 		Header: http.Header{"Authorization": {"Bearer HSECRET"}},

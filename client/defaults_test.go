@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // A library client with the zero Retry is as persistent as `deposit run`:
@@ -23,7 +24,7 @@ func TestTheLibraryRetriesAsLongAsTheCommandLine(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t)})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t)})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(`{"title":"Reef temperature"}`))
 	require.NoError(t, err)

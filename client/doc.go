@@ -14,9 +14,11 @@
 // Idempotency-Key) and "already exists" is a success.
 //
 // [New] builds a [Client] from a [Config] whose Target says where deposits
-// go: a [Put], [IdempotencyKey], [WebDAV], [S3], [CouchDB], [DataCite] or
-// [Invenio] value with its own options, or a target of another package
-// written against package driver. [Client.Deposit] deposits one payload and
+// go: a built-in target of the packages under target (put.Target,
+// idempotencykey.Target, webdav.Target, s3.Target, couchdb.Target,
+// datacite.Target, invenio.Target), each with its own options, or a target
+// of any package written against package driver; package client imports
+// none of them. [Client.Deposit] deposits one payload and
 // [Client.Run] a stream of them with bounded concurrency, which is what
 // batch programs embed.
 //
@@ -48,6 +50,6 @@
 // Under the idempotency-key protocol, correctness rests on the server's own
 // limits: it holds while the server keeps completed keys (the IRI reference:
 // 24 h) and while its in-flight lock outlives the request (IRI: 60 s, not
-// renewed). Resuming an uncertain item older than IdempotencyKey.Retention logs a
+// renewed). Resuming an uncertain item older than idempotencykey.Target.Retention logs a
 // warning that names it.
 package client

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // A batch that is stopped while its items wait out a Retry-After sends no
@@ -41,7 +42,7 @@ func TestStoppedBatchSendsNoRetryAfterItsWait(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	c, err := New(Config{
-		Target: Put{Endpoint: srv.URL},
+		Target: put.Target{Endpoint: srv.URL},
 		Store:  openStore(t),
 		// Retry-After: 10 is honoured (the cap is above it), and the limits
 		// leave room for many retries.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // durabilityStore is a SQLite store that notes, for each write, whether it
@@ -76,7 +78,7 @@ func (s *durabilityStore) ConfirmMany(ctx context.Context, target string, items 
 func TestInvenioIntentsAreDurable(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
 	store := newDurabilityStore(t)
-	c := invenioClient(t, s, store, Invenio{}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{}, fastRetry)
 	its, sums := invenioDatasets(t, t.TempDir(), 4, 2)
 	sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4})
 	require.NoError(t, err)
@@ -101,7 +103,7 @@ func TestArbitratedTargetCommitsNothingDurably(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	store := newDurabilityStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	its := []Item{{Line: 1, Payload: []byte(`{"n":1}`)}, {Line: 2, Payload: []byte(`{"n":2}`)}, {Line: 3, Payload: []byte(`{"n":3}`)}}
 	sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 2})

@@ -17,6 +17,8 @@ import (
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/webdav"
 )
 
 // wire records the bytes an HTTP client writes to its connections, so a
@@ -118,7 +120,7 @@ func TestInvenioUploadsAnEmptyFileWithContentLength(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "empty.txt"), nil, 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "hi.txt"), []byte("hi\n"), 0o600))
 	var w wire
-	c, err := New(Config{Target: Invenio{Endpoint: s.API, SettleTime: invenioSettle, SearchRate: -1},
+	c, err := New(Config{Target: invenio.Target{Endpoint: s.API, SettleTime: invenioSettle, SearchRate: -1},
 		Store: openStore(t), Retry: fastRetry, Rate: -1, HTTPClient: w.client(),
 		Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
 	require.NoError(t, err)
@@ -146,7 +148,7 @@ func TestEmptyPutOnWebDAVPeers(t *testing.T) {
 			t.Parallel()
 			base := peer.start(t)
 			var w wire
-			c, err := New(Config{Target: WebDAV{Endpoint: base}, Store: storageStore(t), Retry: quickRetry, HTTPClient: w.client()})
+			c, err := New(Config{Target: webdav.Target{Endpoint: base}, Store: storageStore(t), Retry: quickRetry, HTTPClient: w.client()})
 			require.NoError(t, err)
 			for _, body := range [][]byte{nil, {}} {
 				name := "empty-" + map[bool]string{true: "nil", false: "slice"}[body == nil]

@@ -453,7 +453,7 @@ func (r *runDeposit) release(ctx context.Context, ref dedup.Ref) {
 // replay takes the primary step's stored outcome as the deposit's result.
 func (r *runDeposit) replay(rec dedup.Record) {
 	if r.c.debug() {
-		r.c.log.Debug("replay", "key", rec.Key, "identifier", redactURL(rec.Identifier), "status", rec.Status)
+		r.c.log.Debug("replay", "key", rec.Key, "identifier", driver.RedactURL(rec.Identifier), "status", rec.Status)
 	}
 	r.primaryDone = true
 	r.res.Identifier, r.res.Outcome, r.res.Status = rec.Identifier, OutcomeReplayed, rec.Status
@@ -520,7 +520,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncerta
 		}
 		g.mine = g.mine || a.AfterAmbiguous
 		if v.Warn != "" {
-			c.warnOnce(v.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
+			c.warnOnce(v.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))
 		}
 		if cls == driver.Created && s.Durable && cmp.Or(v.ID, s.Fallback) == "" {
 			// A success that names none of the identifier this step must
@@ -621,7 +621,7 @@ func (g *stepSend) refused(ctx context.Context, a answer, cls class, v verdict) 
 	herr := answerError(req.Method, a, v.Problem)
 	var last error = herr
 	if a.Err != nil {
-		last = fmt.Errorf("%s %s: %w", req.Method, redactURL(req.URL), scrub(a.Err))
+		last = fmt.Errorf("%s %s: %w", req.Method, driver.RedactURL(req.URL), scrub(a.Err))
 	}
 	switch cls {
 	case driver.Conflict, driver.Ambiguous:
@@ -697,7 +697,7 @@ func (g *stepSend) accepted(ctx context.Context, a answer) (string, error) {
 		// The driver's mistake, and the same for every item: without
 		// the flag, a later run would not poll before sending again.
 		return "", fmt.Errorf("%w: steps: the target judged %s %s accepted, but its step does not declare that the server may accept it (driver.Step.Accepts) with a check to poll",
-			ErrStopRun, g.req.Method, redactURL(g.req.URL))
+			ErrStopRun, g.req.Method, driver.RedactURL(g.req.URL))
 	}
 	g.mine = true
 	return g.poll(ctx, a.Status, a.Header)
@@ -761,7 +761,7 @@ func (g *stepSend) notSettled(ctx context.Context, polls int, elapsed time.Durat
 		last = " (" + last + ")"
 	}
 	return fmt.Errorf("%w: %s %s: accepted, not yet settled after %d polls in %v%s; a later run polls again and never re-sends it: %w",
-		sentinel, g.req.Method, redactURL(g.req.URL), polls, elapsed.Round(time.Millisecond), last, why)
+		sentinel, g.req.Method, driver.RedactURL(g.req.URL), polls, elapsed.Round(time.Millisecond), last, why)
 }
 
 // isDraining reports whether the batch is shutting down.
@@ -820,7 +820,7 @@ func (r *runDeposit) confirm(ctx context.Context, s *step, outcome Outcome, id s
 		}
 	}
 	if r.c.debug() {
-		r.c.log.Debug("settled", "key", s.Key, "step", cmp.Or(s.Label, "create"), "outcome", outcome, "identifier", redactURL(id), "status", status)
+		r.c.log.Debug("settled", "key", s.Key, "step", cmp.Or(s.Label, "create"), "outcome", outcome, "identifier", driver.RedactURL(id), "status", status)
 	}
 	if s.Primary {
 		r.primaryDone = true
@@ -884,7 +884,7 @@ func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) 
 		herr.Problem = "" // fail recorded the status text for an answer without one
 	}
 	if req, err := s.Build(prior); err == nil {
-		herr.Method, herr.URL = req.Method, redactURL(req.URL)
+		herr.Method, herr.URL = req.Method, driver.RedactURL(req.URL)
 	}
 	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): %w",
 		ErrTerminal, herr)

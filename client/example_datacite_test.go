@@ -11,6 +11,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/datacite"
 )
 
 // Mint DOIs for a small batch through a DataCite stub that drops a third of
@@ -37,7 +38,7 @@ func Example_dataCite() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Target: client.DataCite{
+		Target: datacite.Target{
 			Endpoint: stub.URL, // default: the DataCite test system
 			Prefix:   "10.5072",
 			Event:    "publish",

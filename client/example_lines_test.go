@@ -13,6 +13,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // Deposit a JSON Lines file as the command line does: blank lines are
@@ -34,7 +35,7 @@ func ExampleLineReader() {
 		panic(err)
 	}
 	defer store.Close()
-	c, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store})
+	c, err := client.New(client.Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		panic(err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/target/s3"
+	"github.com/depositkit/deposit/target/webdav"
 )
 
 // storage is a tiny storage server for the examples: it keeps what it is
@@ -47,7 +49,7 @@ func ExampleNewProbe() {
 	srv := storage(false)
 	defer srv.Close()
 
-	p, err := client.NewProbe(client.Config{Target: client.WebDAV{Endpoint: srv.URL + "/records"}})
+	p, err := client.NewProbe(client.Config{Target: webdav.Target{Endpoint: srv.URL + "/records"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func ExampleNewProbe() {
 }
 
 // Deposit into an S3 bucket: the endpoint is the bucket URL, requests are
-// signed with the credentials in S3.AWS (the command line reads them
+// signed with the credentials in s3.Target.AWS (the command line reads them
 // from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and
 // AWS_REGION). The identifier is the object's URL.
 func Example_s3() {
@@ -81,9 +83,9 @@ func Example_s3() {
 	defer store.Close()
 
 	c, err := client.New(client.Config{
-		Target: client.S3{
+		Target: s3.Target{
 			Endpoint: srv.URL + "/bucket",
-			AWS:      client.AWSCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", Region: "us-east-1"},
+			AWS:      s3.Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "secret", Region: "us-east-1"},
 		},
 		Store: store,
 	})

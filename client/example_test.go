@@ -10,6 +10,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // Deposit one payload twice: the first call creates the record, the second
@@ -31,7 +32,7 @@ func ExampleClient_Deposit() {
 	}
 	defer store.Close()
 
-	c, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store})
+	c, err := client.New(client.Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	if err != nil {
 		panic(err)
 	}
@@ -72,7 +73,7 @@ func ExampleHTTPError() {
 
 	// An ignored field makes the key differ from sha256(body), which this
 	// server refuses with 422.
-	c, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/note"}})
+	c, err := client.New(client.Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Ignore: []string{"/note"}})
 	if err != nil {
 		panic(err)
 	}

@@ -194,7 +194,7 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 func (t *attempts) ended(ctx context.Context, answered bool, err error) (answer, class, error) {
 	x, req, last, cls := t.x, t.req, t.last, t.cls
 	if t.tooLarge != nil {
-		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, redactURL(req.URL), t.tooLarge)
+		return last, driver.Stop, fmt.Errorf("%w: %s %s: %w", ErrStopRun, req.Method, driver.RedactURL(req.URL), t.tooLarge)
 	}
 	if answered {
 		return last, cls, nil
@@ -218,9 +218,9 @@ func (t *attempts) ended(ctx context.Context, answered bool, err error) (answer,
 		return last, driver.Canceled, fmt.Errorf("%w: %w", ErrInterrupted, scrub(err))
 	case x.stopped != nil:
 		return last, cls, fmt.Errorf("%w after %d attempts: %w: %s %s: %w",
-			ErrUnresolved, x.requests, x.stopped, req.Method, redactURL(req.URL), scrub(err))
+			ErrUnresolved, x.requests, x.stopped, req.Method, driver.RedactURL(req.URL), scrub(err))
 	default:
-		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.Method, redactURL(req.URL), scrub(err))
+		return last, cls, fmt.Errorf("%w: %s %s: %w", ErrUnresolved, req.Method, driver.RedactURL(req.URL), scrub(err))
 	}
 }
 
@@ -280,7 +280,7 @@ func connectionNeverMade(err error) bool {
 func (x *exchange) requestDone(a answer, method string) {
 	took := time.Since(x.sent)
 	if x.c.debug() {
-		args := []any{"key", x.key, "method", method, "url", redactURL(a.URL), "status", a.Status, "took", took}
+		args := []any{"key", x.key, "method", method, "url", driver.RedactURL(a.URL), "status", a.Status, "took", took}
 		if a.Err != nil {
 			args = append(args, "error", scrub(a.Err).Error())
 		}
@@ -462,7 +462,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		x.looks++
 	}
 	if f.Warn != "" {
-		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", redactURL(a.URL))
+		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))
 	}
 	herr := answerError(req.Method, a, f.Problem)
 	f.header = a.Header
@@ -507,14 +507,25 @@ func (x *exchange) unresolved(last error) error {
 // own explanation; else the body's problem detail.
 func answerError(method string, a answer, problem string) *HTTPError {
 	if problem == "" {
-		problem = problemDetail(a.Header, a.Body)
+		problem = driver.Problem(a.Header, a.Body)
 	}
-	e := &HTTPError{Method: method, URL: redactURL(a.URL), StatusCode: a.Status, Problem: problem}
+	e := &HTTPError{Method: method, URL: driver.RedactURL(a.URL), StatusCode: a.Status, Problem: problem}
 	if d, ok := backoff.RetryAfter(a.Header, time.Now()); ok {
 		e.RetryAfter = d
 	}
 	return e
 }
+
+// maxAnswerBytes bounds how much of a response body is read when only its
+// class and problem detail matter: enough for a problem detail.
+const maxAnswerBytes = 64 << 10
+
+// maxFullAnswerBytes bounds the body of an answer read for more than its
+// class (driver.Request.Full): a limit no real answer reaches (a page of 100
+// InvenioRDM records is well under 1 MiB, a record with 100 file entries
+// about 100 KiB). A larger body is refused (errAnswerTooLarge) rather than
+// read cut.
+const maxFullAnswerBytes = 16 << 20
 
 // errAnswerTooLarge is an answer read for more than its class whose body
 // is larger than maxFullAnswerBytes.

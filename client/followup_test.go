@@ -17,6 +17,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // dropFirstWrite serves h, but answers the first write of key by committing
@@ -60,7 +61,7 @@ func TestAnUnresolvedItemIsDeliveredAtOnceAndFollowedUpWhenItsKeySettles(t *test
 	twice := [2]string{`{"title":"given twice","n":-1}`, `{ "n": -1, "title": "given twice" }`}
 	key := keyOf(t, twice[0])
 	srv := dropFirstWrite(t, h, key)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t),
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t),
 		Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}})
 	require.NoError(t, err)
 
@@ -121,7 +122,7 @@ func TestAFollowUpOfAFailedKeyIsFailed(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t),
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t),
 		Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}})
 	require.NoError(t, err)
 	items := []Item{{Line: 1, Payload: []byte(`{"other":1}`)}, {Line: 2, Payload: []byte(payload)}, {Line: 3, Payload: []byte(payload)}}

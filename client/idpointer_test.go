@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/target/idempotencykey"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // An IDPointer the user chose that names nothing in the server's JSON
@@ -24,19 +27,19 @@ func TestAWrongIDPointerIsWarnedOnce(t *testing.T) {
 		warnings int
 	}{
 		{name: "put with a pointer the create answer lacks warns once",
-			target: func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/identifer"} }, script: created, warnings: 1},
+			target: func(ep string) Target { return put.Target{Endpoint: ep, IDPointer: "/identifer"} }, script: created, warnings: 1},
 		{name: "put with a pointer the read-back lacks warns once",
-			target:   func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/identifer"} },
+			target:   func(ep string) Target { return put.Target{Endpoint: ep, IDPointer: "/identifer"} },
 			script:   reply{status: 412},
 			readBack: reply{status: 200, header: map[string]string{"Content-Type": "application/json"}, body: payload}, warnings: 1},
 		{name: "idempotency-key with a pointer the create answer lacks warns once",
-			target: func(ep string) Target { return IdempotencyKey{Endpoint: ep, IDPointer: "/identifer"} }, script: created, warnings: 1},
+			target: func(ep string) Target { return idempotencykey.Target{Endpoint: ep, IDPointer: "/identifer"} }, script: created, warnings: 1},
 		{name: "a pointer that names a string does not warn",
-			target: func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/doi"} }, script: created},
+			target: func(ep string) Target { return put.Target{Endpoint: ep, IDPointer: "/doi"} }, script: created},
 		{name: "the default pointer finding nothing does not warn",
-			target: func(ep string) Target { return Put{Endpoint: ep} }, script: created},
+			target: func(ep string) Target { return put.Target{Endpoint: ep} }, script: created},
 		{name: "an answer without a JSON body does not warn",
-			target: func(ep string) Target { return Put{Endpoint: ep, IDPointer: "/identifer"} }, script: reply{status: 201}},
+			target: func(ep string) Target { return put.Target{Endpoint: ep, IDPointer: "/identifer"} }, script: reply{status: 201}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newScripted(t, tc.readBack, tc.script)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/idempotencykey"
 )
 
 // Two processes with stores of their own deposit the same items to an
@@ -27,7 +28,7 @@ func TestInFlightAnswersAreWaitedOutWithinTheTimeBudget(t *testing.T) {
 	// fraction of the lock; the floor and the elapsed limit decide instead.
 	policy := backoff.Policy{Base: time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 2, MaxElapsed: 30 * time.Second}
 	newClient := func() *Client {
-		c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL, InFlightWait: 200 * time.Millisecond}, Store: openStore(t), Retry: policy})
+		c, err := New(Config{Target: idempotencykey.Target{Endpoint: srv.URL, InFlightWait: 200 * time.Millisecond}, Store: openStore(t), Retry: policy})
 		require.NoError(t, err)
 		return c
 	}

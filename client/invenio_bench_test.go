@@ -11,6 +11,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // BenchmarkInvenio deposits b.N distinct payloads (records, or datasets of
@@ -64,7 +65,7 @@ func BenchmarkInvenio(b *testing.B) {
 				}
 			}
 			store := openStoreAt(b, filepath.Join(b.TempDir(), "deposit.db"))
-			c, err := New(Config{Target: Invenio{Endpoint: s.API, SettleTime: 40 * time.Millisecond, SearchRate: -1},
+			c, err := New(Config{Target: invenio.Target{Endpoint: s.API, SettleTime: 40 * time.Millisecond, SearchRate: -1},
 				Store: store, Retry: retry, Rate: bc.rate, HTTPClient: s.Client(),
 				Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
 			if err != nil {
@@ -102,7 +103,7 @@ func BenchmarkInvenio(b *testing.B) {
 // description of about 1,000 characters) is scanned by a deposit on a new
 // store, with no settle time and no client rate, so the figures are the
 // scan's own: requests and milliseconds per 1,000 records, and the bytes
-// read. Under InvenioSearchRate (0.45 searches/s) the scan's pages alone
+// read. Under invenio.SearchRate (0.45 searches/s) the scan's pages alone
 // take 10/0.45 = 22 s per 1,000 records, plus SettleTime.
 func BenchmarkInvenioRecoveryScan(b *testing.B) {
 	const records = 1000
@@ -111,13 +112,13 @@ func BenchmarkInvenioRecoveryScan(b *testing.B) {
 	for i := range its {
 		its[i] = Item{Line: int64(i + 1), Payload: largeRecord(i)}
 	}
-	seed := invenioClient(b, s, openStoreAt(b, filepath.Join(b.TempDir(), "seed.db")), Invenio{}, fastRetry)
+	seed := invenioClient(b, s, openStoreAt(b, filepath.Join(b.TempDir(), "seed.db")), invenio.Target{}, fastRetry)
 	if _, err := seed.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 8}); err != nil {
 		b.Fatal(err)
 	}
 	var requests int
 	for n := 0; b.Loop(); n++ {
-		c := invenioClient(b, s, openStoreAt(b, filepath.Join(b.TempDir(), fmt.Sprintf("lost%d.db", n))), Invenio{SettleTime: time.Nanosecond}, fastRetry)
+		c := invenioClient(b, s, openStoreAt(b, filepath.Join(b.TempDir(), fmt.Sprintf("lost%d.db", n))), invenio.Target{SettleTime: time.Nanosecond}, fastRetry)
 		res, err := c.Deposit(context.Background(), its[0].Payload)
 		if err != nil || res.Outcome != OutcomeReplayed {
 			b.Fatalf("%v %s", err, res.Outcome)

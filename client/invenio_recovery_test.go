@@ -15,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // errCrashed is what a crashedStore answers once it has crashed.
@@ -91,9 +93,8 @@ func refreshIndex(t *testing.T, s *repotest.InvenioServer) {
 func TestInvenioRecheckNoteIsDurableBeforeTheConfirmation(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: time.Hour})
 	store := openStore(t)
-	tgt := Invenio{SettleTime: time.Millisecond}
-	drv := Invenio{Endpoint: s.API}.mustDriver(t)
-	crashing := &crashedStore{SQLite: store, after: drv.draftTarget()}
+	tgt := invenio.Target{SettleTime: time.Millisecond}
+	crashing := &crashedStore{SQLite: store, after: invenioStoreTarget(s.API, "-draft")}
 	c := invenioClient(t, s, crashing, tgt, fastRetry)
 	ctx := context.Background()
 
@@ -104,10 +105,10 @@ func TestInvenioRecheckNoteIsDurableBeforeTheConfirmation(t *testing.T) {
 
 	key, err := c.Key(invenioRecord(5))
 	require.NoError(t, err)
-	draft, err := store.Lookup(ctx, drv.draftTarget(), key.Key)
+	draft, err := store.Lookup(ctx, invenioStoreTarget(s.API, "-draft"), key.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StateDone, draft.State, "the confirmation was committed")
-	note, err := store.Lookup(ctx, drv.recheckTarget(), key.Key)
+	note, err := store.Lookup(ctx, invenioStoreTarget(s.API, protocol.RecheckSuffix), key.Key)
 	require.NoError(t, err, "the note to search again is in the store")
 	require.Equal(t, dedup.StatePending, note.State)
 
@@ -163,8 +164,8 @@ func TestInvenioLostStoreRecoversEveryBatch(t *testing.T) {
 			s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
 			recs, sets := recoveryBatches(t, 150)
 			first := openStore(t)
-			runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), recs, BatchOptions{})
-			runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), sets, BatchOptions{})
+			runBatch(t, invenioClient(t, s, first, invenio.Target{}, fastRetry), recs, BatchOptions{})
+			runBatch(t, invenioClient(t, s, first, invenio.Target{}, fastRetry), sets, BatchOptions{})
 			before := s.Stats()
 			require.Equal(t, int64(153), before.Published)
 
@@ -175,7 +176,7 @@ func TestInvenioLostStoreRecoversEveryBatch(t *testing.T) {
 					if tc.shards > 1 {
 						opts.Shard = Shard{Index: i, Count: tc.shards}
 					}
-					sum := runBatch(t, invenioClient(t, s, lost, Invenio{}, fastRetry), batch, opts)
+					sum := runBatch(t, invenioClient(t, s, lost, invenio.Target{}, fastRetry), batch, opts)
 					require.Equal(t, sum.Total, sum.Replayed)
 				}
 			}
@@ -205,24 +206,23 @@ func (s *crashingScanStore) FinishScan(context.Context, string, []dedup.Found) e
 func TestInvenioScanCutShortKeepsNothing(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
 	recs := largeRecords(120)
-	runBatch(t, invenioClient(t, s, openStore(t), Invenio{}, fastRetry), recs, BatchOptions{})
+	runBatch(t, invenioClient(t, s, openStore(t), invenio.Target{}, fastRetry), recs, BatchOptions{})
 	before := s.Stats()
 
 	lost := openStore(t)
 	crash := &crashingScanStore{SQLite: lost}
-	sum, err := invenioClient(t, s, crash, Invenio{}, fastRetry).Run(context.Background(), seqOf(recs), BatchOptions{Concurrency: 4})
+	sum, err := invenioClient(t, s, crash, invenio.Target{}, fastRetry).Run(context.Background(), seqOf(recs), BatchOptions{Concurrency: 4})
 	require.ErrorIs(t, err, errCrashed)
 	require.True(t, crash.reached.Load())
 	require.Zero(t, sum.Created+sum.Replayed)
 	require.Equal(t, before.Drafts, s.Stats().Drafts)
 
-	drv := Invenio{Endpoint: s.API}.mustDriver(t)
-	scanned, err := lost.ClaimScan(context.Background(), drv.scanTarget(), dedup.Lease{Owner: "test", TTL: time.Minute})
+	scanned, err := lost.ClaimScan(context.Background(), invenioStoreTarget(s.API, "-scan"), dedup.Lease{Owner: "test", TTL: time.Minute})
 	require.NoError(t, err, "the killed scan's lease was released")
 	require.False(t, scanned, "nothing of the scan was kept")
-	require.NoError(t, lost.ReleaseScan(context.Background(), drv.scanTarget(), "test"))
+	require.NoError(t, lost.ReleaseScan(context.Background(), invenioStoreTarget(s.API, "-scan"), "test"))
 
-	sum = runBatch(t, invenioClient(t, s, lost, Invenio{}, fastRetry), recs, BatchOptions{})
+	sum = runBatch(t, invenioClient(t, s, lost, invenio.Target{}, fastRetry), recs, BatchOptions{})
 	require.Equal(t, len(recs), sum.Replayed)
 	after := s.Stats()
 	require.Equal(t, before.Drafts, after.Drafts, "no new draft")
@@ -236,13 +236,13 @@ func TestInvenioTwoClientsRecoverOneStoreAtOnce(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
 	recs, sets := recoveryBatches(t, 150)
 	first := openStore(t)
-	runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), recs, BatchOptions{})
-	runBatch(t, invenioClient(t, s, first, Invenio{}, fastRetry), sets, BatchOptions{})
+	runBatch(t, invenioClient(t, s, first, invenio.Target{}, fastRetry), recs, BatchOptions{})
+	runBatch(t, invenioClient(t, s, first, invenio.Target{}, fastRetry), sets, BatchOptions{})
 	before := s.Stats()
 
 	path := t.TempDir() + "/lost.db"
-	a := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
-	b := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+	a := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
+	b := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
 	sums := make(chan Summary, 2)
 	errs := make(chan error, 2)
 	var wg sync.WaitGroup
@@ -282,7 +282,7 @@ func TestInvenioScanPastTheSearchWindowStopsTheRun(t *testing.T) {
 		fmt.Fprint(w, `{"hits":{"hits":[{"id":"x1","is_published":true,"metadata":{"identifiers":[]}}],"total":10001}}`)
 	}))
 	t.Cleanup(srv.Close)
-	c, err := New(Config{Target: Invenio{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: openStore(t), Retry: fastRetry, Rate: -1})
+	c, err := New(Config{Target: invenio.Target{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: openStore(t), Retry: fastRetry, Rate: -1})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), invenioRecord(1))
 	require.ErrorIs(t, err, ErrStopRun)
@@ -306,7 +306,7 @@ func TestInvenioAnswerOverTheLimitStopsTheRun(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Invenio{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: store, Retry: fastRetry, Rate: -1})
+	c, err := New(Config{Target: invenio.Target{Endpoint: srv.URL + "/api", SettleTime: time.Nanosecond, SearchRate: -1}, Store: store, Retry: fastRetry, Rate: -1})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), invenioRecord(1))
 	require.ErrorIs(t, err, ErrStopRun)
@@ -314,7 +314,7 @@ func TestInvenioAnswerOverTheLimitStopsTheRun(t *testing.T) {
 	require.Empty(t, res.Identifier)
 	key, err := c.Key(invenioRecord(1))
 	require.NoError(t, err)
-	rec, err := store.Lookup(context.Background(), Invenio{Endpoint: srv.URL + "/api"}.mustDriver(t).draftTarget(), key.Key)
+	rec, err := store.Lookup(context.Background(), invenioStoreTarget(srv.URL+"/api", "-draft"), key.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatePending, rec.State)
 }

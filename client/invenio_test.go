@@ -19,6 +19,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 const invenioTestToken = "s3cret"
@@ -37,7 +38,7 @@ func startInvenioStub(t testing.TB, cfg repotest.InvenioConfig) *repotest.Inveni
 }
 
 // invenioClient is a client of the stub with a store at dbPath.
-func invenioClient(t testing.TB, s *repotest.InvenioServer, store Store, tgt Invenio, retry backoff.Policy) *Client {
+func invenioClient(t testing.TB, s *repotest.InvenioServer, store Store, tgt invenio.Target, retry backoff.Policy) *Client {
 	t.Helper()
 	tgt.Endpoint = s.API
 	if tgt.SettleTime == 0 {
@@ -136,7 +137,7 @@ func requireOnePublishedEach(t testing.TB, s *repotest.InvenioServer, its []Item
 func TestInvenioDepositsAndReplays(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
 	store := openStore(t)
-	c := invenioClient(t, s, store, Invenio{}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{}, fastRetry)
 	ctx := context.Background()
 
 	res, err := c.Deposit(ctx, invenioRecord(1))
@@ -149,7 +150,7 @@ func TestInvenioDepositsAndReplays(t *testing.T) {
 	require.Equal(t, recs[0].ID, res.RecordID)
 	key, err := c.Key(invenioRecord(1))
 	require.NoError(t, err)
-	require.Contains(t, recs[0].Identifiers, InvenioMarker(key.Key, nil))
+	require.Contains(t, recs[0].Identifiers, invenio.Marker(key.Key, nil))
 	require.Equal(t, int64(1), s.Stats().Searches, "the store was new: one scan, and no search without ambiguity")
 
 	again, err := c.Deposit(ctx, invenioRecord(1))
@@ -163,7 +164,7 @@ func TestInvenioDepositsAndReplays(t *testing.T) {
 func TestInvenioDatasetUploadsEachFileOnce(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
 	store := openStore(t)
-	c := invenioClient(t, s, store, Invenio{}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{}, fastRetry)
 	its, sums := invenioDatasets(t, t.TempDir(), 3, 3)
 	sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 2})
 	require.NoError(t, err)
@@ -177,7 +178,7 @@ func TestInvenioDatasetUploadsEachFileOnce(t *testing.T) {
 
 func TestInvenioTooManyFilesIsInvalidBeforeAnyRequest(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
-	c := invenioClient(t, s, openStore(t), Invenio{MaxFiles: 2}, fastRetry)
+	c := invenioClient(t, s, openStore(t), invenio.Target{MaxFiles: 2}, fastRetry)
 	its, _ := invenioDatasets(t, t.TempDir(), 1, 3)
 	d := its[0].Dataset
 	_, err := c.DepositDataset(context.Background(), d.Dir, d.Metadata, d.Files)
@@ -218,7 +219,7 @@ func TestInvenioChaosAtEveryStep(t *testing.T) {
 		t.Run(spec, func(t *testing.T) {
 			s := startInvenioStub(t, repotest.InvenioConfig{Faults: spec, Seed: 7, IndexLag: 10 * time.Millisecond})
 			store := openStore(t)
-			c := invenioClient(t, s, store, Invenio{}, fastRetry)
+			c := invenioClient(t, s, store, invenio.Target{}, fastRetry)
 			its, sums := invenioDatasets(t, t.TempDir(), 12, 2)
 			first := runUntilSettled(t, c, its, 10)
 			byMarker := requireOnePublishedEach(t, s, its, sums)
@@ -265,7 +266,7 @@ func TestInvenioLostStoreCreatesNothingNew(t *testing.T) {
 	for _, secret := range []string{"", "k3y"} {
 		t.Run("secret="+secret, func(t *testing.T) {
 			s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 10 * time.Millisecond})
-			tgt := Invenio{KeySecret: []byte(secret)}
+			tgt := invenio.Target{KeySecret: []byte(secret)}
 			dir := t.TempDir()
 			its, _ := invenioDatasets(t, dir, 6, 2)
 			its = append(its, Item{Line: 7, Payload: invenioRecord(7)})
@@ -308,7 +309,7 @@ func TestInvenioLostStoreResumesAHalfUploadedDraft(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
 	dir := t.TempDir()
 	its, sums := invenioDatasets(t, dir, 1, 3)
-	c := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), Invenio{}, fastRetry)
+	c := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), invenio.Target{}, fastRetry)
 	// The first run ends once the first file is committed (the only POST
 	// answered 200), as a kill would end it.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -325,7 +326,7 @@ func TestInvenioLostStoreResumesAHalfUploadedDraft(t *testing.T) {
 	require.Equal(t, int64(1), before.Commits)
 	require.Zero(t, before.Published)
 
-	lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), Invenio{}, fastRetry)
+	lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), invenio.Target{}, fastRetry)
 	res, err := lost.DepositDataset(context.Background(), d.Dir, d.Metadata, d.Files)
 	require.NoError(t, err)
 	require.True(t, res.Recovered)
@@ -345,7 +346,7 @@ func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
 	const lag = time.Second
 	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: lag})
 	store := openStore(t)
-	c := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{SettleTime: lag / 10}, fastRetry)
 	ctx := context.Background()
 
 	res, err := c.Deposit(ctx, invenioRecord(3))
@@ -353,7 +354,7 @@ func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
 	require.Equal(t, int64(2), s.Stats().Drafts)
 
 	time.Sleep(lag) // the index catches up
-	again := invenioClient(t, s, store, Invenio{SettleTime: lag / 10}, fastRetry)
+	again := invenioClient(t, s, store, invenio.Target{SettleTime: lag / 10}, fastRetry)
 	_, err = again.Deposit(ctx, invenioRecord(3))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.ErrorContains(t, err, "2 records carry the marker")
@@ -381,7 +382,7 @@ func TestInvenioDuplicateFromIndexLagIsReportedByTheNextRun(t *testing.T) {
 			require.Equal(t, http.StatusNoContent, resp.StatusCode)
 		}
 	}
-	fixed, err := New(Config{Target: Invenio{Endpoint: s.API, SettleTime: lag / 10, SearchRate: -1}, Store: store, Retry: fastRetry,
+	fixed, err := New(Config{Target: invenio.Target{Endpoint: s.API, SettleTime: lag / 10, SearchRate: -1}, Store: store, Retry: fastRetry,
 		Rate: -1, HTTPClient: s.Client(), RetryFailed: true, Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
 	require.NoError(t, err)
 	out, err := fixed.Deposit(ctx, invenioRecord(3))
@@ -396,7 +397,7 @@ func TestInvenioResumesAKilledCreateByItsMarker(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: 10 * time.Millisecond})
 	store := openStore(t)
 	one := backoff.Policy{Base: time.Millisecond, MaxAttempts: 1, MaxElapsed: time.Second}
-	c := invenioClient(t, s, store, Invenio{SettleTime: time.Millisecond}, one)
+	c := invenioClient(t, s, store, invenio.Target{SettleTime: time.Millisecond}, one)
 	ctx, cancel := context.WithCancel(context.Background())
 	// The drop ends the first run: the context is cancelled as the check
 	// starts, as a kill would end it.
@@ -410,28 +411,22 @@ func TestInvenioResumesAKilledCreateByItsMarker(t *testing.T) {
 	require.Equal(t, int64(1), s.Stats().Drafts)
 	key, err := c.Key(invenioRecord(4))
 	require.NoError(t, err)
-	rec, err := store.Lookup(context.Background(), Invenio{Endpoint: s.API}.mustDriver(t).draftTarget(), key.Key)
+	rec, err := store.Lookup(context.Background(), invenioStoreTarget(s.API, "-draft"), key.Key)
 	require.NoError(t, err)
 	require.Equal(t, dedup.StatePending, rec.State)
 
-	res, err := invenioClient(t, s, store, Invenio{}, fastRetry).Deposit(context.Background(), invenioRecord(4))
+	res, err := invenioClient(t, s, store, invenio.Target{}, fastRetry).Deposit(context.Background(), invenioRecord(4))
 	require.NoError(t, err)
 	require.True(t, res.Recovered)
 	require.Equal(t, int64(1), s.Stats().Drafts, "no second create")
 	require.Equal(t, int64(1), s.Stats().Published)
 }
 
-func (t Invenio) mustDriver(tb testing.TB) invenioDriver {
-	d, err := t.Driver()
-	require.NoError(tb, err)
-	return d.(invenioDriver)
-}
-
 // 429s of the server's rate limit are waited out until X-RateLimit-Reset.
 func TestInvenioWaitsOutTheRateLimit(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{Limit: 5, SearchLimit: 1, Window: 300 * time.Millisecond})
 	retry := backoff.Policy{Base: time.Millisecond, Cap: 3 * time.Second, MaxAttempts: 8, MaxElapsed: time.Minute}
-	c := invenioClient(t, s, openStore(t), Invenio{}, retry)
+	c := invenioClient(t, s, openStore(t), invenio.Target{}, retry)
 	var its []Item
 	for i := range 4 {
 		its = append(its, Item{Line: int64(i + 1), Payload: invenioRecord(i)})
@@ -445,10 +440,10 @@ func TestInvenioWaitsOutTheRateLimit(t *testing.T) {
 // reported, nothing created or published.
 func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
-	c := invenioClient(t, s, openStore(t), Invenio{}, fastRetry)
+	c := invenioClient(t, s, openStore(t), invenio.Target{}, fastRetry)
 	k, err := c.Key(invenioRecord(5))
 	require.NoError(t, err)
-	body, err := invenioDraftBody(k.Body, InvenioMarker(k.Key, nil), false)
+	body, err := invenioDraftBody(t, s.API, k)
 	require.NoError(t, err)
 	for range 2 {
 		req, _ := http.NewRequest(http.MethodPost, s.API+"/records", bytes.NewReader(body))
@@ -471,7 +466,7 @@ func TestInvenioLostStoreWithTwoDraftsOfOneMarkerIsAConflict(t *testing.T) {
 // answered from the store on a re-run, without a second draft.
 func TestInvenioPublishRefusalFailsOnceAndKeepsTheDraft(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
-	c := invenioClient(t, s, openStore(t), Invenio{}, fastRetry)
+	c := invenioClient(t, s, openStore(t), invenio.Target{}, fastRetry)
 	payload := []byte(`{"title":"no creators"}`)
 	_, err := c.Deposit(context.Background(), payload)
 	require.ErrorIs(t, err, ErrTerminal)
@@ -488,13 +483,13 @@ func TestInvenioDraftsFirstPublishLater(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
 	store := openStore(t)
 	its, sums := invenioDatasets(t, t.TempDir(), 2, 2)
-	drafts := runUntilSettled(t, invenioClient(t, s, store, Invenio{NoPublish: true}, fastRetry), its, 1)
+	drafts := runUntilSettled(t, invenioClient(t, s, store, invenio.Target{NoPublish: true}, fastRetry), its, 1)
 	require.Zero(t, s.Stats().Published)
 	for _, r := range drafts {
 		require.Equal(t, r.RecordID, r.Identifier, "a draft's identifier is its record id")
 	}
 	before := s.Stats()
-	published := runUntilSettled(t, invenioClient(t, s, store, Invenio{}, fastRetry), its, 1)
+	published := runUntilSettled(t, invenioClient(t, s, store, invenio.Target{}, fastRetry), its, 1)
 	requireOnePublishedEach(t, s, its, sums)
 	after := s.Stats()
 	require.Equal(t, before.Drafts, after.Drafts)
@@ -517,7 +512,7 @@ func TestInvenioTwoProcessesOnOneStoreCreateEachRecordOnce(t *testing.T) {
 	its, sums := invenioDatasets(t, t.TempDir(), 24, 2)
 	done := make(chan error, 2)
 	for range 2 {
-		c := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+		c := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
 		go func() {
 			for range 10 {
 				sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4})
@@ -534,7 +529,7 @@ func TestInvenioTwoProcessesOnOneStoreCreateEachRecordOnce(t *testing.T) {
 	requireOnePublishedEach(t, s, its, sums)
 	require.Equal(t, int64(len(its)), s.Stats().Drafts, "one draft per dataset, none twice")
 
-	later := invenioClient(t, s, openStoreAt(t, path), Invenio{}, fastRetry)
+	later := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
 	sum, err := later.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4})
 	require.NoError(t, err)
 	require.Equal(t, len(its), sum.Replayed)
@@ -545,7 +540,7 @@ func TestInvenioTwoProcessesOnOneStoreCreateEachRecordOnce(t *testing.T) {
 func TestInvenioPublishOfAPublishedDraftIsConfirmed(t *testing.T) {
 	s := startInvenioStub(t, repotest.InvenioConfig{})
 	store := openStore(t)
-	c := invenioClient(t, s, store, Invenio{NoPublish: true}, fastRetry)
+	c := invenioClient(t, s, store, invenio.Target{NoPublish: true}, fastRetry)
 	res, err := c.Deposit(context.Background(), invenioRecord(8))
 	require.NoError(t, err)
 	req, _ := http.NewRequest(http.MethodPost, s.API+"/records/"+res.RecordID+"/draft/actions/publish", nil)
@@ -555,7 +550,7 @@ func TestInvenioPublishOfAPublishedDraftIsConfirmed(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 
-	out, err := invenioClient(t, s, store, Invenio{}, fastRetry).Deposit(context.Background(), invenioRecord(8))
+	out, err := invenioClient(t, s, store, invenio.Target{}, fastRetry).Deposit(context.Background(), invenioRecord(8))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, out.Outcome)
 	require.Equal(t, s.Records()[0].DOI, out.Identifier)

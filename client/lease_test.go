@@ -19,6 +19,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // gatedServer is a PUT server that holds each write until its gate opens,
@@ -60,7 +61,7 @@ func newGatedServer(t *testing.T) *gatedServer {
 
 func newLeaseClient(t *testing.T, endpoint string, store Store, lease time.Duration) *Client {
 	t.Helper()
-	c, err := New(Config{Target: Put{Endpoint: endpoint}, Store: store, Retry: fastRetry, Lease: lease})
+	c, err := New(Config{Target: put.Target{Endpoint: endpoint}, Store: store, Retry: fastRetry, Lease: lease})
 	require.NoError(t, err)
 	return c
 }
@@ -207,7 +208,7 @@ func TestARefusedConnectionLeavesNoIntent(t *testing.T) {
 	endpoint := "http://" + l.Addr().String()
 	require.NoError(t, l.Close()) // nothing listens there now
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: endpoint}, Store: store,
+	c, err := New(Config{Target: put.Target{Endpoint: endpoint}, Store: store,
 		Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 2}})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(payload))
@@ -233,7 +234,7 @@ func TestRecoveredMeansAnotherRunOrProcess(t *testing.T) {
 	store := openStore(t)
 	policy := backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}
 	newClient := func() *Client {
-		c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: policy})
+		c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Retry: policy})
 		require.NoError(t, err)
 		return c
 	}
@@ -327,7 +328,7 @@ func TestAKeyBegunBetweenLookupAndClaimIsRecovered(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: blindStore{store}})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: blindStore{store}})
 	require.NoError(t, err)
 	k, err := c.Key([]byte(payload))
 	require.NoError(t, err)
@@ -369,7 +370,7 @@ func TestABatchClaimsWithoutALookUpAndCountsOnlyOthersKeysRecovered(t *testing.T
 	}))
 	t.Cleanup(srv.Close)
 	store := &lookCounter{SQLite: openStore(t)}
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	ctx := context.Background()
 	payloads := []string{`{"title":"theirs"}`, `{"title":"ours"}`, `{"title":"new"}`}
@@ -435,7 +436,7 @@ func TestAKeySettledElsewhereIsAnsweredWithoutWaitingForItsLease(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	watch := &parkWatch{stop: cancel}
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Logger: slog.New(watch)})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Logger: slog.New(watch)})
 	require.NoError(t, err)
 	other := dedup.Lease{Owner: "another process", TTL: time.Hour}
 	done, failed := c.mustKey(t, `{"n":"done"}`), c.mustKey(t, `{"n":"failed"}`)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // logLines is a log handler that keeps each record as one line of text
@@ -151,7 +152,7 @@ func TestALeaseIsRenewedWhileItsClaimerCarriesOthersClaims(t *testing.T) {
 		// 12 renewals, a tenth of the lease apart: longer than the lease.
 		store := &slowClaimStore{SQLite: openStore(t), first: first, enough: 12,
 			renewals: map[dedup.Ref]int{}, renewed: make(chan struct{})}
-		c, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store, Lease: ttl})
+		c, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store, Lease: ttl})
 		require.NoError(t, err)
 		cl := newClaims(store, c.leases)
 
@@ -258,7 +259,7 @@ func TestLeasesLostCountsEveryLeaseTheLogSaysWasGivenUp(t *testing.T) {
 	srv := newGatedServer(t)
 	store := &frozenStore{SQLite: openStore(t), outcomesFail: make(chan struct{})}
 	log := &logLines{watch: "gave up", signal: make(chan struct{}, 1)}
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Retry: fastRetry,
 		Lease: 400 * time.Millisecond, Logger: slog.New(log)})
 	require.NoError(t, err)
 
@@ -296,7 +297,7 @@ func TestLeasesLeftToExpireAreReportedInOneLine(t *testing.T) {
 	store := &releaseCounter{SQLite: sqlite}
 	log := &logLines{}
 	const ttl = 30 * time.Second
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Retry: fastRetry,
 		Lease: ttl, Logger: slog.New(log)})
 	require.NoError(t, err)
 

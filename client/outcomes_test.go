@@ -17,6 +17,7 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // An outcome that loses to an earlier confirmation ends its deposit with
@@ -131,7 +132,7 @@ func TestAPublishAnswerWithoutIdentifierIsAmbiguousForItsDepositAlone(t *testing
 	})
 	t.Cleanup(proxy.Close)
 
-	c, err := New(Config{Target: Invenio{Endpoint: proxy.URL + "/api", SettleTime: invenioSettle, SearchRate: -1},
+	c, err := New(Config{Target: invenio.Target{Endpoint: proxy.URL + "/api", SettleTime: invenioSettle, SearchRate: -1},
 		Store: openStore(t), Retry: fastRetry, Rate: NoRateLimit,
 		Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}})
 	require.NoError(t, err)

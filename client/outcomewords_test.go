@@ -13,6 +13,7 @@ import (
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // The words a deposit reports for a record that exists: created when this
@@ -116,7 +117,7 @@ func TestOutcomeWordsSeeTheTransportsOwnRetry(t *testing.T) {
 // of this deposit made, and existing for what another client made.
 func TestOutcomeWordsOfCheckedTargets(t *testing.T) {
 	ctx := context.Background()
-	draftOnly := Invenio{NoPublish: true} // the draft is the deposit's own step
+	draftOnly := invenio.Target{NoPublish: true} // the draft is the deposit's own step
 
 	t.Run("invenio: a draft found by its marker after a dropped create is created", func(t *testing.T) {
 		s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop", IndexLag: 10 * time.Millisecond})

@@ -11,7 +11,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/peertest"
+	"github.com/depositkit/deposit/target/couchdb"
+	"github.com/depositkit/deposit/target/put"
+	"github.com/depositkit/deposit/target/s3"
+	"github.com/depositkit/deposit/target/webdav"
 )
 
 // These tests run the storage profiles against the programs users run
@@ -20,8 +25,8 @@ import (
 // sets DEPOSIT_REQUIRE_PEERS=1, which makes a skip a failure.
 
 // versityAWS is the signing configuration of a versitygw server.
-func versityAWS(s peertest.S3) AWSCredentials {
-	return AWSCredentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey, Region: s.Region}
+func versityAWS(s peertest.S3) s3.Credentials {
+	return s3.Credentials{AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey, Region: s.Region}
 }
 
 // peerClient is a client of target with its own fresh store.
@@ -34,9 +39,13 @@ func peerClient(t testing.TB, target Target) *Client {
 
 // signedClient is a plain keep-alive HTTP client whose requests are signed
 // with creds, for reading S3 objects back.
-func signedClient(creds AWSCredentials) *http.Client {
+func signedClient(creds s3.Credentials) *http.Client {
 	hc := copyOrDefault(nil)
-	hc.Transport = newSigningTransport(hc.Transport, creds)
+	d, err := s3.Target{Endpoint: "http://127.0.0.1:1/bucket", AWS: creds}.Driver()
+	if err != nil {
+		panic(err)
+	}
+	hc.Transport = d.(driver.TransportWrapper).WrapTransport(hc.Transport)
 	return hc
 }
 
@@ -61,13 +70,13 @@ func TestWebDAVOnApache(t *testing.T) {
 
 	t.Run("the first deposit creates, a second with a fresh store finds it existing", func(t *testing.T) {
 		ctx := context.Background()
-		first, err := peerClient(t, WebDAV{Endpoint: base + "/records"}).Deposit(ctx, []byte(storagePayload))
+		first, err := peerClient(t, webdav.Target{Endpoint: base + "/records"}).Deposit(ctx, []byte(storagePayload))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeCreated, first.Outcome)
 		require.Equal(t, http.StatusCreated, first.Status)
 		require.Equal(t, base+"/records/"+first.Key, first.Identifier)
 
-		second, err := peerClient(t, WebDAV{Endpoint: base + "/records"}).Deposit(ctx, []byte(`{"year":2024, "title":"Kelp Canopy Survey"}`))
+		second, err := peerClient(t, webdav.Target{Endpoint: base + "/records"}).Deposit(ctx, []byte(`{"year":2024, "title":"Kelp Canopy Survey"}`))
 		require.NoError(t, err)
 		require.Equal(t, OutcomeExisting, second.Outcome)
 		require.Equal(t, http.StatusPreconditionFailed, second.Status)
@@ -80,7 +89,7 @@ func TestWebDAVOnApache(t *testing.T) {
 	})
 
 	t.Run("a missing collection stops the run and says so", func(t *testing.T) {
-		c := peerClient(t, WebDAV{Endpoint: base + "/missing"})
+		c := peerClient(t, webdav.Target{Endpoint: base + "/missing"})
 		sum, err := c.Run(context.Background(), payloadItems(3, "missing"), BatchOptions{Concurrency: 1})
 		require.ErrorIs(t, err, ErrStopRun)
 		require.ErrorContains(t, err, "409 Conflict: the collection "+base+"/missing/ does not exist")
@@ -109,7 +118,7 @@ func TestS3OnVersity(t *testing.T) {
 		const writers = 16
 		clients := make([]*Client, writers)
 		for i := range clients {
-			clients[i] = peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+			clients[i] = peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)})
 		}
 		results := make([]Result, writers)
 		errs := make([]error, writers)
@@ -133,7 +142,7 @@ func TestS3OnVersity(t *testing.T) {
 	})
 
 	t.Run("a batch of 1000 objects, then its replay with zero requests", func(t *testing.T) {
-		c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+		c := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)})
 		const n = 1000
 		sum, err := c.Run(context.Background(), payloadItems(n, "batch"), BatchOptions{Concurrency: 16})
 		require.NoError(t, err)
@@ -147,13 +156,13 @@ func TestS3OnVersity(t *testing.T) {
 
 		// A fresh store finds every object existing: the server itself
 		// refused the second create.
-		again, err := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)}).Run(context.Background(), payloadItems(20, "batch"), BatchOptions{Concurrency: 4})
+		again, err := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)}).Run(context.Background(), payloadItems(20, "batch"), BatchOptions{Concurrency: 4})
 		require.NoError(t, err)
 		require.Equal(t, 20, again.Existing)
 	})
 
 	t.Run("the object holds the canonical bytes", func(t *testing.T) {
-		c := peerClient(t, S3{Endpoint: bucket, AWS: versityAWS(s)})
+		c := peerClient(t, s3.Target{Endpoint: bucket, AWS: versityAWS(s)})
 		res, err := c.Deposit(context.Background(), []byte(`{ "b": 2, "a": 1 }`))
 		require.NoError(t, err)
 		status, body := get(t, signedClient(versityAWS(s)), res.Identifier)
@@ -164,13 +173,13 @@ func TestS3OnVersity(t *testing.T) {
 	t.Run("a wrong secret stops the run with the server's reason", func(t *testing.T) {
 		aws := versityAWS(s)
 		aws.SecretAccessKey += "x"
-		_, err := peerClient(t, S3{Endpoint: bucket, AWS: aws}).Deposit(context.Background(), []byte(storagePayload))
+		_, err := peerClient(t, s3.Target{Endpoint: bucket, AWS: aws}).Deposit(context.Background(), []byte(storagePayload))
 		require.ErrorIs(t, err, ErrStopRun)
 		require.ErrorContains(t, err, "403 Forbidden: SignatureDoesNotMatch")
 	})
 
 	t.Run("a missing bucket stops the run", func(t *testing.T) {
-		_, err := peerClient(t, S3{Endpoint: s.Endpoint + "/no-such-bucket", AWS: versityAWS(s)}).Deposit(context.Background(), []byte(storagePayload))
+		_, err := peerClient(t, s3.Target{Endpoint: s.Endpoint + "/no-such-bucket", AWS: versityAWS(s)}).Deposit(context.Background(), []byte(storagePayload))
 		require.ErrorIs(t, err, ErrStopRun)
 		require.ErrorContains(t, err, "NoSuchBucket")
 	})
@@ -181,13 +190,13 @@ func TestCouchDBOnPouchDB(t *testing.T) {
 	db := peertest.PouchDB(t)
 	ctx := context.Background()
 
-	first, err := peerClient(t, CouchDB{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
+	first, err := peerClient(t, couchdb.Target{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, first.Outcome)
 	require.Equal(t, http.StatusCreated, first.Status)
 	require.Equal(t, db+"/"+first.Key, first.Identifier)
 
-	second, err := peerClient(t, CouchDB{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
+	second, err := peerClient(t, couchdb.Target{Endpoint: db}).Deposit(ctx, []byte(storagePayload))
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, second.Outcome)
 	require.Equal(t, http.StatusConflict, second.Status)
@@ -216,20 +225,20 @@ func TestProbeOnRealServers(t *testing.T) {
 	}{
 		{"apache mod_dav honours If-None-Match", func(t *testing.T) target {
 			ep := peertest.Apache(t)
-			return target{cfg: Config{Target: WebDAV{Endpoint: ep}}, endpoint: ep}
+			return target{cfg: Config{Target: webdav.Target{Endpoint: ep}}, endpoint: ep}
 		}, ProbeHonoured, 201, 412},
 		{"nginx dav ignores If-None-Match: created twice", func(t *testing.T) target {
 			ep := peertest.Nginx(t)
-			return target{cfg: Config{Target: Put{Endpoint: ep}}, endpoint: ep}
+			return target{cfg: Config{Target: put.Target{Endpoint: ep}}, endpoint: ep}
 		}, ProbeIgnored, 201, 204},
 		{"versitygw honours If-None-Match", func(t *testing.T) target {
 			s := peertest.Versity(t)
 			ep := s.Endpoint + "/" + s.Bucket
-			return target{cfg: Config{Target: S3{Endpoint: ep, AWS: versityAWS(s)}}, endpoint: ep, reader: signedClient(versityAWS(s))}
+			return target{cfg: Config{Target: s3.Target{Endpoint: ep, AWS: versityAWS(s)}}, endpoint: ep, reader: signedClient(versityAWS(s))}
 		}, ProbeHonoured, 200, 412},
 		{"pouchdb-server refuses a second create with 409", func(t *testing.T) target {
 			ep := peertest.PouchDB(t)
-			return target{cfg: Config{Target: CouchDB{Endpoint: ep}}, endpoint: ep}
+			return target{cfg: Config{Target: couchdb.Target{Endpoint: ep}}, endpoint: ep}
 		}, ProbeHonoured, 201, 409},
 	}
 	for _, tt := range tests {
@@ -257,7 +266,7 @@ func TestProbeOnRealServers(t *testing.T) {
 	t.Run("a missing WebDAV collection is reported as such", func(t *testing.T) {
 		t.Parallel()
 		base := peertest.Apache(t)
-		p, err := NewProbe(Config{Target: WebDAV{Endpoint: base + "/missing"}})
+		p, err := NewProbe(Config{Target: webdav.Target{Endpoint: base + "/missing"}})
 		require.NoError(t, err)
 		rep, err := p.Run(context.Background())
 		require.ErrorIs(t, err, ErrStopRun)
@@ -273,7 +282,7 @@ func BenchmarkS3Deposit(b *testing.B) {
 	s := peertest.Versity(b)
 	for _, conc := range []int{1, 8} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			c := peerClient(b, S3{Endpoint: s.Endpoint + "/" + s.Bucket, AWS: versityAWS(s)})
+			c := peerClient(b, s3.Target{Endpoint: s.Endpoint + "/" + s.Bucket, AWS: versityAWS(s)})
 			run := fmt.Sprintf("s3-bench-%d", benchRun.Add(1)) // new objects in every run, -count included
 			b.ResetTimer()
 			sum, err := c.Run(context.Background(), payloadItems(b.N, run), BatchOptions{Concurrency: conc})
@@ -285,24 +294,3 @@ func BenchmarkS3Deposit(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkSigV4 is the signing alone: what each S3 attempt adds.
-func BenchmarkSigV4(b *testing.B) {
-	rt := newSigningTransport(roundTripFunc(func(*http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
-	}), *testAWS)
-	req, err := http.NewRequest(http.MethodPut, "http://127.0.0.1:9000/bucket/0123456789abcdef", nil)
-	require.NoError(b, err)
-	req.Header.Set("X-Amz-Content-Sha256", emptySHA256)
-	req.Header.Set("If-None-Match", "*")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := rt.RoundTrip(req); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

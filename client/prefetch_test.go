@@ -14,6 +14,8 @@ import (
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // TestRunAnswersFinishedKeysFromTheStoreAndSendsTheRest runs a batch whose
@@ -25,7 +27,7 @@ func TestRunAnswersFinishedKeysFromTheStoreAndSendsTheRest(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	ctx := context.Background()
 	payload := func(i int) []byte { return fmt.Appendf(nil, `{"title":"item %d"}`, i) }
@@ -55,7 +57,7 @@ func TestRunAnswersFinishedKeysFromTheStoreAndSendsTheRest(t *testing.T) {
 	before, err := store.Lookup(ctx, c.StoreTarget(), keyOf(7))
 	require.NoError(t, err)
 
-	again, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store})
+	again, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store})
 	require.NoError(t, err)
 	requests := srv.Stats().Requests
 	got := map[int64]ItemResult{}
@@ -105,7 +107,7 @@ func TestLookAheadAnswersFinishedItemsAsTheEngineDoes(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(srv.Close)
 		return func(store Store, logger *slog.Logger) *Client {
-			c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Logger: logger})
+			c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Logger: logger})
 			require.NoError(t, err)
 			return c
 		}
@@ -113,7 +115,7 @@ func TestLookAheadAnswersFinishedItemsAsTheEngineDoes(t *testing.T) {
 	invenio := func(t *testing.T) func(Store, *slog.Logger) *Client {
 		srv := startInvenioStub(t, repotest.InvenioConfig{})
 		return func(store Store, logger *slog.Logger) *Client {
-			c := invenioClient(t, srv, store, Invenio{}, fastRetry)
+			c := invenioClient(t, srv, store, invenio.Target{}, fastRetry)
 			c.log = logger
 			return c
 		}

@@ -7,10 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
+
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
-	"net/http"
-	"net/url"
 )
 
 // ProbeVerdict is what a probe found out about an endpoint's conditional
@@ -41,7 +41,7 @@ type Probe struct {
 	Body []byte
 
 	step   step
-	couch  bool // CouchDB deletes by revision
+	prober driver.Prober
 	http   *http.Client
 	header http.Header
 }
@@ -61,21 +61,22 @@ type ProbeReport struct {
 	DeleteProblem string
 }
 
-// NewProbe prepares a probe of cfg.Target, which must be Put, WebDAV, S3 or
-// CouchDB (the others have no conditional create to probe). It uses Target,
+// NewProbe prepares a probe of cfg.Target, whose driver must be a
+// driver.Prober (the built-in put, webdav, s3 and couchdb targets; the
+// others have no conditional create to probe). It uses Target,
 // Header and HTTPClient; the other fields are ignored, and no store is
 // needed. Nothing is sent before Run.
 func NewProbe(cfg Config) (*Probe, error) {
-	switch cfg.Target.(type) {
-	case Put, *Put, WebDAV, *WebDAV, S3, *S3, CouchDB, *CouchDB:
-	case nil:
+	if cfg.Target == nil {
 		return nil, fmt.Errorf("%w: Config.Target is required", ErrConfig)
-	default:
-		return nil, fmt.Errorf("%w: %T has no conditional create to probe: probe Put, WebDAV, S3 or CouchDB", ErrConfig, cfg.Target)
 	}
-	drv, err := cfg.Target.Driver()
+	drv, err := targetDriver(cfg.Target)
 	if err != nil {
 		return nil, err
+	}
+	prober, ok := drv.(driver.Prober)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T has no conditional create to probe: probe put, webdav, s3 or couchdb", ErrConfig, cfg.Target)
 	}
 	for name := range cfg.Header {
 		if drv.Guards(name) {
@@ -93,14 +94,13 @@ func NewProbe(cfg Config) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p := &Probe{Body: body, step: steps[len(steps)-1], header: cfg.Header.Clone()}
-	_, p.couch = drv.(couchdbDriver)
+	p := &Probe{Body: body, step: steps[len(steps)-1], prober: prober, header: cfg.Header.Clone()}
 	p.http, _ = newHTTPClient(cfg.HTTPClient, drv, -1, false)
 	req, err := p.step.Build(nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	p.URL = redactURL(req.URL)
+	p.URL = driver.RedactURL(req.URL)
 	return p, nil
 }
 
@@ -158,7 +158,7 @@ func (p *Probe) Run(ctx context.Context) (ProbeReport, error) {
 type probeAnswer struct {
 	status int
 	class  class
-	body   []byte
+	answer answer
 	herr   *HTTPError
 }
 
@@ -177,7 +177,7 @@ func (p *Probe) write(ctx context.Context) (probeAnswer, error) {
 		return probeAnswer{class: driver.Ambiguous}, fmt.Errorf("%w: %s %s: no answer from the endpoint: %w", ErrUnresolved, req.Method, p.URL, scrub(a.Err))
 	}
 	v := p.step.Judge(a)
-	pa := probeAnswer{status: a.Status, class: v.Class, body: a.Body, herr: answerError(req.Method, a, v.Problem)}
+	pa := probeAnswer{status: a.Status, class: v.Class, answer: a, herr: answerError(req.Method, a, v.Problem)}
 	switch v.Class {
 	case driver.Created, driver.Exists, driver.Conflict:
 		return pa, nil
@@ -237,27 +237,16 @@ func (p *Probe) readBack(ctx context.Context) (bool, error) {
 	return p.step.Check.Judge(a).Kind == driver.Present, nil
 }
 
-// remove deletes the probe record where the server allows it. CouchDB needs
-// the revision, which the create answer carries.
+// remove deletes the probe record where the server allows it, with the
+// request the driver builds from the answer that created it (CouchDB
+// needs the revision it carries).
 func (p *Probe) remove(ctx context.Context, rep *ProbeReport, created probeAnswer) {
-	req, err := p.step.Build(nil)
+	req, err := p.prober.ProbeRemoval(created.answer)
 	if err != nil {
 		rep.DeleteProblem = err.Error()
 		return
 	}
-	u := req.URL
-	h := http.Header{}
-	if p.couch {
-		var doc struct {
-			Rev string `json:"rev"`
-		}
-		if json.Unmarshal(created.body, &doc) != nil || doc.Rev == "" {
-			rep.DeleteProblem = "the create answer carried no revision to delete"
-			return
-		}
-		u += "?rev=" + url.QueryEscape(doc.Rev)
-	}
-	a := p.send(context.WithoutCancel(ctx), http.MethodDelete, u, h, nil)
+	a := p.send(context.WithoutCancel(ctx), req.Method, req.URL, req.Header, nil)
 	if a.Err != nil {
 		rep.DeleteProblem = scrub(a.Err).Error()
 		return

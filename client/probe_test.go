@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/couchdb"
+	"github.com/depositkit/deposit/target/idempotencykey"
+	"github.com/depositkit/deposit/target/put"
 )
 
 func TestProbeVerdicts(t *testing.T) {
@@ -91,7 +94,7 @@ func TestProbeVerdicts(t *testing.T) {
 
 func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201}, storageAnswer{status: 412}, storageAnswer{status: 204})
-	p, err := NewProbe(Config{Target: Put{Endpoint: srv.URL}})
+	p, err := NewProbe(Config{Target: put.Target{Endpoint: srv.URL}})
 	require.NoError(t, err)
 	require.Regexp(t, `^`+srv.URL+`/deposit-probe-[0-9a-f]{16}$`, p.URL)
 	_, err = p.Run(context.Background())
@@ -102,7 +105,7 @@ func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 	require.Equal(t, string(p.Body), string(srv.bodies[0]))
 	require.Equal(t, string(p.Body), string(srv.bodies[1]))
 
-	other, err := NewProbe(Config{Target: Put{Endpoint: srv.URL}})
+	other, err := NewProbe(Config{Target: put.Target{Endpoint: srv.URL}})
 	require.NoError(t, err)
 	require.NotEqual(t, p.URL, other.URL, "every probe has a new name")
 }
@@ -110,7 +113,7 @@ func TestProbeWritesTheSameNamedRecordTwice(t *testing.T) {
 func TestProbeDeletesACouchDBDocumentByItsRevision(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201, body: `{"ok":true,"id":"x","rev":"1-abc"}`},
 		storageAnswer{status: 409, body: `{"error":"conflict"}`}, storageAnswer{status: 200, body: `{"ok":true}`})
-	p, err := NewProbe(Config{Target: CouchDB{Endpoint: srv.URL + "/db"}})
+	p, err := NewProbe(Config{Target: couchdb.Target{Endpoint: srv.URL + "/db"}})
 	require.NoError(t, err)
 	rep, err := p.Run(context.Background())
 	require.NoError(t, err)
@@ -123,7 +126,7 @@ func TestProbeOfAnUnreachableEndpointIsUnresolved(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 201})
 	url := srv.URL
 	srv.Close()
-	p, err := NewProbe(Config{Target: Put{Endpoint: url}})
+	p, err := NewProbe(Config{Target: put.Target{Endpoint: url}})
 	require.NoError(t, err)
 	rep, err := p.Run(context.Background())
 	require.ErrorIs(t, err, ErrUnresolved)
@@ -134,7 +137,7 @@ func TestProbeOfAnUnreachableEndpointIsUnresolved(t *testing.T) {
 }
 
 func TestProbeRefusesProtocolsWithoutAConditionalCreate(t *testing.T) {
-	_, err := NewProbe(Config{Target: IdempotencyKey{Endpoint: "http://127.0.0.1:1"}})
+	_, err := NewProbe(Config{Target: idempotencykey.Target{Endpoint: "http://127.0.0.1:1"}})
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "no conditional create to probe")
 }

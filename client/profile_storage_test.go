@@ -19,6 +19,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/s3"
 )
 
 // storageAnswer is one scripted answer of a storage server.
@@ -84,7 +85,7 @@ func storageStore(t testing.TB) *dedup.SQLite {
 // quickRetry keeps retries against scripted servers short.
 var quickRetry = backoff.Policy{Base: time.Millisecond, Cap: 10 * time.Millisecond, MaxAttempts: 4, MaxElapsed: 10 * time.Second}
 
-var testAWS = &AWSCredentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", Region: "eu-west-2"}
+var testAWS = &s3.Credentials{AccessKeyID: "AKIDEXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", Region: "eu-west-2"}
 
 func storageClient(t testing.TB, endpoint string, proto string) *Client {
 	t.Helper()
@@ -191,7 +192,7 @@ func TestS3SessionTokenIsSent(t *testing.T) {
 	srv := newStorageServer(t, storageAnswer{status: 200})
 	aws := *testAWS
 	aws.SessionToken = "token-123"
-	c, err := New(Config{Target: S3{Endpoint: srv.URL + "/bucket", AWS: aws}, Store: storageStore(t)})
+	c, err := New(Config{Target: s3.Target{Endpoint: srv.URL + "/bucket", AWS: aws}, Store: storageStore(t)})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(storagePayload))
 	require.NoError(t, err)
@@ -201,10 +202,10 @@ func TestS3SessionTokenIsSent(t *testing.T) {
 }
 
 func TestS3WithoutCredentialsIsRefused(t *testing.T) {
-	for _, aws := range []AWSCredentials{{}, {AccessKeyID: "AK"}, {SecretAccessKey: "SK"}} {
-		_, err := New(Config{Target: S3{Endpoint: "http://127.0.0.1:1/bucket", AWS: aws}, Store: storageStore(t)})
+	for _, aws := range []s3.Credentials{{}, {AccessKeyID: "AK"}, {SecretAccessKey: "SK"}} {
+		_, err := New(Config{Target: s3.Target{Endpoint: "http://127.0.0.1:1/bucket", AWS: aws}, Store: storageStore(t)})
 		require.ErrorIs(t, err, ErrConfig)
-		require.ErrorContains(t, err, "S3.AWS needs an access key id and a secret access key")
+		require.ErrorContains(t, err, "s3.Target.AWS needs an access key id and a secret access key")
 	}
 }
 
@@ -243,20 +244,5 @@ func TestParseProtocolKnowsTheStorageProfiles(t *testing.T) {
 	_, err := protocol.Parse("ftp")
 	for _, name := range []string{"webdav", "s3", "couchdb"} {
 		require.ErrorContains(t, err, name, "the error lists the protocols")
-	}
-}
-
-func TestAWSEscapePath(t *testing.T) {
-	tests := []struct{ name, in, want string }{
-		{"hex keys are unchanged", "0123abcdef", "0123abcdef"},
-		{"slashes separate segments", "key/dir/file.txt", "key/dir/file.txt"},
-		{"reserved characters are escaped", "a+b=c&d;e,f:g@h$i", "a%2Bb%3Dc%26d%3Be%2Cf%3Ag%40h%24i"},
-		{"spaces and UTF-8 are escaped with upper-case hex", "dir with space/é", "dir%20with%20space/%C3%A9"},
-		{"unreserved punctuation is kept", "a-b.c_d~e", "a-b.c_d~e"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, awsEscapePath(tt.in))
-		})
 	}
 }

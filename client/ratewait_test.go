@@ -9,6 +9,8 @@ import (
 
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // RateWait names the limit in force, the target's default included, and
@@ -21,10 +23,10 @@ func TestRateWaitCountsTheQueueForTheClientsOwnLimit(t *testing.T) {
 		rate   float64
 		want   float64
 	}{
-		{"unlimited", Put{}, NoRateLimit, 0},
-		{"put's default is unlimited", Put{}, 0, 0},
-		{"--rate", Put{}, 10, 10},
-		{"invenio's default", Invenio{}, 0, InvenioRate},
+		{"unlimited", put.Target{}, NoRateLimit, 0},
+		{"put's default is unlimited", put.Target{}, 0, 0},
+		{"--rate", put.Target{}, 10, 10},
+		{"invenio's default", invenio.Target{}, 0, invenio.Rate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(Config{Target: withEndpoint(tc.target, "http://127.0.0.1:1"), Store: openStore(t), Rate: tc.rate})
@@ -61,10 +63,10 @@ func TestRateWaitCountsTheQueueForTheClientsOwnLimit(t *testing.T) {
 // withEndpoint is target with its endpoint set.
 func withEndpoint(target Target, endpoint string) Target {
 	switch t := target.(type) {
-	case Put:
+	case put.Target:
 		t.Endpoint = endpoint
 		return t
-	case Invenio:
+	case invenio.Target:
 		t.Endpoint = endpoint
 		return t
 	}

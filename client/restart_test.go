@@ -12,6 +12,7 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/target/idempotencykey"
 )
 
 // A line regenerated after a crash (its ignored field changed) must not turn
@@ -23,7 +24,7 @@ func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
 	store, err := dedup.Open(path)
 	require.NoError(t, err)
 	once := backoff.Policy{MaxAttempts: 1}
-	c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: once})
+	c, err := New(Config{Target: idempotencykey.Target{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: once})
 	require.NoError(t, err)
 	first, err := c.Deposit(context.Background(), []byte(`{"title":"x","at":"09:00"}`))
 	require.ErrorIs(t, err, ErrUnresolved)
@@ -33,7 +34,7 @@ func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
 	store, err = dedup.Open(path)
 	require.NoError(t, err)
 	defer store.Close()
-	c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: fastRetry})
+	c, err = New(Config{Target: idempotencykey.Target{Endpoint: srv.URL}, Store: store, Ignore: []string{"/at"}, Retry: fastRetry})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(`{"at":"09:05","title":"x"}`))
 	require.NoError(t, err)
@@ -57,7 +58,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 
 	old, err := dedup.Open(path, dedup.WithClock(twoDaysAgo))
 	require.NoError(t, err)
-	c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: old})
+	c, err := New(Config{Target: idempotencykey.Target{Endpoint: srv.URL}, Store: old})
 	require.NoError(t, err)
 	k, err := c.Key([]byte(payload))
 	require.NoError(t, err)
@@ -69,7 +70,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 	require.NoError(t, err)
 	defer store.Close()
 	var logs bytes.Buffer
-	c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL}, Store: store,
+	c, err = New(Config{Target: idempotencykey.Target{Endpoint: srv.URL}, Store: store,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(payload))
@@ -82,7 +83,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 		// Another pending row two days old, resumed by a client told the
 		// server keeps keys three days.
 		logs.Reset()
-		c, err := New(Config{Target: IdempotencyKey{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
+		c, err := New(Config{Target: idempotencykey.Target{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		other := []byte(`{"title":"another"}`)
@@ -98,7 +99,7 @@ func TestResumingPastTheRetentionWarns(t *testing.T) {
 		store, err := dedup.Open(path)
 		require.NoError(t, err)
 		defer store.Close()
-		c, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
+		c, err = New(Config{Target: idempotencykey.Target{Endpoint: srv.URL, Retention: 72 * time.Hour}, Store: store,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err)
 		res, err := c.Deposit(context.Background(), other)

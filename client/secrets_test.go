@@ -20,6 +20,9 @@ import (
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // A token in the endpoint's query string goes to the server with every
@@ -62,7 +65,7 @@ func TestAQueryTokenIsSentAndNeverKept(t *testing.T) {
 	}
 	t.Run("an answer that fails names no token", func(t *testing.T) {
 		srv := newScripted(t, reply{}, reply{status: 500})
-		c, err := New(Config{Target: Put{Endpoint: srv.URL + "/recs?token=" + secret}, Store: openStore(t), Retry: fastRetry})
+		c, err := New(Config{Target: put.Target{Endpoint: srv.URL + "/recs?token=" + secret}, Store: openStore(t), Retry: fastRetry})
 		require.NoError(t, err)
 		_, err = c.Deposit(context.Background(), []byte(payload))
 		require.ErrorIs(t, err, ErrUnresolved)
@@ -74,11 +77,11 @@ func TestAQueryTokenIsSentAndNeverKept(t *testing.T) {
 // without a credential in its query, so existing stores keep working.
 func TestATargetNameWithoutCredentialsIsUnchanged(t *testing.T) {
 	for _, ep := range []string{"http://repo.example/recs", "http://repo.example/recs?community=reef&page=2", "http://repo.example/recs?"} {
-		c, err := New(Config{Target: Put{Endpoint: ep}, Store: openStore(t)})
+		c, err := New(Config{Target: put.Target{Endpoint: ep}, Store: openStore(t)})
 		require.NoError(t, err)
 		require.Equal(t, "put "+ep, c.StoreTarget())
 	}
-	c, err := New(Config{Target: DataCite{Endpoint: "https://api.test.datacite.org?client=x", Prefix: "10.5072"}, Store: openStore(t)})
+	c, err := New(Config{Target: datacite.Target{Endpoint: "https://api.test.datacite.org?client=x", Prefix: "10.5072"}, Store: openStore(t)})
 	require.NoError(t, err)
 	require.Equal(t, "datacite https://api.test.datacite.org?client=x 10.5072", c.StoreTarget())
 	require.False(t, strings.Contains(c.StoreTarget(), "redacted"))
@@ -92,7 +95,7 @@ func TestABadEndpointIsNamedAsWrittenWithoutItsQuery(t *testing.T) {
 		{"http://exa mple.org/x?token=QSECRET", `endpoint "http://exa mple.org/x": invalid character " " in host name`},
 		{"http:///x?token=QSECRET", `endpoint "http:///x": no host`},
 	} {
-		_, err := New(Config{Target: Put{Endpoint: tc.endpoint}, Store: openStore(t)})
+		_, err := New(Config{Target: put.Target{Endpoint: tc.endpoint}, Store: openStore(t)})
 		require.ErrorIs(t, err, ErrConfig)
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "QSECRET")
@@ -125,7 +128,7 @@ func tokenCases(t *testing.T) []tokenCase {
 		name: protocol.DataCite + " with its publish event",
 		config: func(t *testing.T, secret string) Config {
 			srv := newStub(t, repotest.DataCiteConfig{})
-			return Config{Target: DataCite{Endpoint: srv.URL + "?access_token=" + secret, Prefix: testPrefix, Event: "publish"},
+			return Config{Target: datacite.Target{Endpoint: srv.URL + "?access_token=" + secret, Prefix: testPrefix, Event: "publish"},
 				HTTPClient: srv.Client()}
 		},
 		deposit: func(c *Client) (Result, error) { return c.Deposit(context.Background(), dcPayload(1)) },
@@ -136,7 +139,7 @@ func tokenCases(t *testing.T) []tokenCase {
 		name: protocol.Invenio + " with a file",
 		config: func(t *testing.T, secret string) Config {
 			s := startInvenioStub(t, repotest.InvenioConfig{})
-			return Config{Target: Invenio{Endpoint: s.API + "?access_token=" + secret, SettleTime: invenioSettle, SearchRate: -1},
+			return Config{Target: invenio.Target{Endpoint: s.API + "?access_token=" + secret, SettleTime: invenioSettle, SearchRate: -1},
 				HTTPClient: s.Client(), Header: http.Header{"Authorization": {"Bearer " + invenioTestToken}}}
 		},
 		deposit: func(c *Client) (Result, error) {

@@ -35,44 +35,6 @@ import (
 //     Two records with one marker are reported as a conflict, never
 //     resolved by picking one.
 
-// seeder is a driver whose server can be scanned for its deposits' markers.
-type seeder interface {
-	// marker is the marker deposit k carries.
-	marker(k canonical.Keyed) string
-	// scanTarget is the name under which the store keeps the scan.
-	scanTarget() string
-	// scanPage is the request for page (from 1) of the scan.
-	scanPage(page int) request
-	// readScan reads one page: the records it found with a marker, how
-	// many hits the page held and the search's total, and ok false for an
-	// answer that is not a page.
-	readScan(a answer) (found []dedup.Found, hits, total int, ok bool)
-	// scanWindow is how many hits the search answers at most; a scan
-	// whose total is larger stops the run (errScanWindow).
-	scanWindow() int
-	// problem summarises an error body of the server in one line.
-	problem(body []byte) string
-	// scanSettle is how long to wait before the scan, so that what a run
-	// created just before its store was lost is searchable.
-	scanSettle() time.Duration
-	// seedRows is what the store should hold for the steps of k, given
-	// the records found with k's marker (at least one).
-	seedRows(k canonical.Keyed, steps []step, found []dedup.Found) []seedRow
-}
-
-// seedRow is one row to seed: done with id, or pending, so that the step's
-// check runs before it is ever sent.
-type seedRow struct {
-	step int
-	id   string
-	done bool
-}
-
-// fileMD5er is a driver that needs each dataset file's MD5 (Keyed.MD5).
-type fileMD5er interface {
-	wantsFileMD5() bool
-}
-
 // scanStore is a store that keeps a scan of a server; *dedup.SQLite and
 // *dedup.Postgres are. A store that is not gets no seeding.
 type scanStore interface {
@@ -102,7 +64,7 @@ type seeding struct {
 // looked up: a recheck the store noted for k, then the seeding of a
 // deposit the store knows nothing of. Its requests count as the deposit's.
 func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []step) error {
-	sd, ok := r.c.target.(seeder)
+	sd, ok := r.c.target.(driver.Seeder)
 	if !ok || len(steps) == 0 {
 		return nil
 	}
@@ -127,7 +89,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	if err := r.scanOnce(ctx, sd, ss); err != nil {
 		return err
 	}
-	found, err := ss.ScanFound(ctx, sd.scanTarget(), sd.marker(k))
+	found, err := ss.ScanFound(ctx, sd.ScanTarget(), sd.Marker(k))
 	if err != nil {
 		return c.storeError(err)
 	}
@@ -146,17 +108,17 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	// same payloads under the same account looks the same; such stores
 	// should be one, shared.)
 	ctx = context.WithoutCancel(ctx)
-	rows := sd.seedRows(k, steps, found)
+	rows := sd.SeedRows(k, steps, fromDedup(found))
 	for i := len(rows) - 1; i >= 0; i-- {
 		row := rows[i]
-		s := steps[row.step]
-		if !row.done {
+		s := steps[row.Step]
+		if !row.Done {
 			if _, err := c.store.Begin(ctx, s.Target, s.Key, nil); err != nil {
 				return c.storeError(err)
 			}
 			continue
 		}
-		_, err := c.store.Complete(ctx, s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: row.id})
+		_, err := c.store.Complete(ctx, s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: row.ID})
 		if err != nil && !errors.Is(err, dedup.ErrConflict) {
 			return c.storeError(err)
 		}
@@ -168,7 +130,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 // scanOnce makes sure the store holds the scan of the server: once per
 // client, the first deposit that needs it looks, and the others wait. A
 // look that fails is tried again by the next deposit.
-func (r *runDeposit) scanOnce(ctx context.Context, sd seeder, ss scanStore) error {
+func (r *runDeposit) scanOnce(ctx context.Context, sd driver.Seeder, ss scanStore) error {
 	c := r.c
 	st := &c.seeds
 	for {
@@ -202,9 +164,9 @@ func (r *runDeposit) scanOnce(ctx context.Context, sd seeder, ss scanStore) erro
 // scanShared returns once the store holds the scan: at once when it does,
 // after scanning when no other process is scanning, else once that
 // process's scan is kept (or its lease ends, and this one scans).
-func (r *runDeposit) scanShared(ctx context.Context, sd seeder, ss scanStore) error {
+func (r *runDeposit) scanShared(ctx context.Context, sd driver.Seeder, ss scanStore) error {
 	c := r.c
-	target := sd.scanTarget()
+	target := sd.ScanTarget()
 	for n := 0; ; n++ {
 		scanned, err := ss.ClaimScan(ctx, target, c.leases.lease)
 		switch {
@@ -230,9 +192,9 @@ func (r *runDeposit) scanShared(ctx context.Context, sd seeder, ss scanStore) er
 // scan scans the server, under the scan's lease (renewed page by page),
 // and keeps what it found with the mark. A scan that fails keeps nothing
 // and ends the lease.
-func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err error) {
+func (r *runDeposit) scan(ctx context.Context, sd driver.Seeder, ss scanStore) (err error) {
 	c := r.c
-	target := sd.scanTarget()
+	target := sd.ScanTarget()
 	defer func() {
 		if err != nil && !errors.Is(err, errScanTakenOver) {
 			if rerr := ss.ReleaseScan(context.WithoutCancel(ctx), target, c.leases.lease.Owner); rerr != nil {
@@ -243,7 +205,7 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 	x := c.newExchange("", r.drain)
 	defer func() { r.res.Requests += x.requests; r.res.Retries += x.retries }()
 	start := time.Now()
-	if err := x.sleep(ctx, sd.scanSettle()); err != nil {
+	if err := x.sleep(ctx, sd.ScanSettle()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInterrupted, err)
 	}
 	var all []dedup.Found
@@ -259,15 +221,15 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 				return nil // taken over and kept meanwhile
 			}
 		}
-		req := sd.scanPage(page)
+		req := sd.ScanPage(page)
 		req.Header = c.withUserHeader(req.Header)
 		var (
-			found       []dedup.Found
+			found       []driver.Found
 			hits, total int
 		)
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			var ok bool
-			if found, hits, total, ok = sd.readScan(a); ok {
+			if found, hits, total, ok = sd.ReadScan(a); ok {
 				return verdict{Class: driver.Created}
 			}
 			if cls := driver.Classify(a); cls != driver.Created {
@@ -281,16 +243,16 @@ func (r *runDeposit) scan(ctx context.Context, sd seeder, ss scanStore) (err err
 		switch cls {
 		case driver.Created:
 		case driver.Stop:
-			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.problem(a.Body)))
+			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.ScanProblem(a.Body)))
 		default:
-			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.problem(a.Body)))
+			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.ScanProblem(a.Body)))
 		}
-		if total > sd.scanWindow() {
+		if total > sd.ScanWindow() {
 			return fmt.Errorf("%w: %w: the server holds %d records and drafts of this account, and its search answers only the first %d, so records of earlier deposits could be missed and created again",
-				ErrStopRun, errScanWindow, total, sd.scanWindow())
+				ErrStopRun, errScanWindow, total, sd.ScanWindow())
 		}
-		all = append(all, found...)
-		if seen += hits; hits == 0 || seen >= total || seen >= sd.scanWindow() {
+		all = append(all, toDedup(found)...)
+		if seen += hits; hits == 0 || seen >= total || seen >= sd.ScanWindow() {
 			break
 		}
 	}
@@ -416,4 +378,22 @@ func (r *runDeposit) noteRecordID(steps []step, prior []string) {
 			r.res.RecordID = prior[i]
 		}
 	}
+}
+
+// toDedup is what a scan found, as the store keeps it.
+func toDedup(found []driver.Found) []dedup.Found {
+	out := make([]dedup.Found, len(found))
+	for i, f := range found {
+		out[i] = dedup.Found{Marker: f.Marker, ID: f.ID, PID: f.PID, Published: f.Published}
+	}
+	return out
+}
+
+// fromDedup is what the store kept of a scan, as a driver reads it.
+func fromDedup(found []dedup.Found) []driver.Found {
+	out := make([]driver.Found, len(found))
+	for i, f := range found {
+		out[i] = driver.Found{Marker: f.Marker, ID: f.ID, PID: f.PID, Published: f.Published}
+	}
+	return out
 }

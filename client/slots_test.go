@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // An item waiting out a Retry-After holds no slot: at concurrency 1 the
@@ -48,7 +49,7 @@ func TestAnItemWaitingToRetryHoldsNoSlot(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t),
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t),
 		Retry: backoff.Policy{Base: time.Millisecond, Cap: 2 * time.Second, MaxAttempts: 3, MaxElapsed: time.Minute}})
 	require.NoError(t, err)
 	const n = 6
@@ -99,7 +100,7 @@ func TestABatchStoppedByItsFirstAnswerBeganOnlyItsSlots(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Retry: fastRetry})
 	require.NoError(t, err)
 	items := func(yield func(Item) bool) {
 		for i := range 200 {

@@ -14,6 +14,8 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // validSteps is a two-step deposit that keeps every rule: a draft the
@@ -84,9 +86,9 @@ func TestEveryTargetsStepsKeepTheContract(t *testing.T) {
 	require.NoError(t, err)
 
 	targets := map[string]Target{
-		"invenio":            Invenio{Endpoint: "http://127.0.0.1/api"},
-		"invenio no publish": Invenio{Endpoint: "http://127.0.0.1/api", NoPublish: true},
-		"datacite event":     DataCite{Endpoint: "http://127.0.0.1", Prefix: "10.5072", Event: "publish"},
+		"invenio":            invenio.Target{Endpoint: "http://127.0.0.1/api"},
+		"invenio no publish": invenio.Target{Endpoint: "http://127.0.0.1/api", NoPublish: true},
+		"datacite event":     datacite.Target{Endpoint: "http://127.0.0.1", Prefix: "10.5072", Event: "publish"},
 	}
 	for _, proto := range []string{protocol.Put, protocol.IdempotencyKey, protocol.WebDAV, protocol.S3, protocol.CouchDB, protocol.DataCite} {
 		targets[proto] = targetFor(proto, "http://127.0.0.1/x")
@@ -116,10 +118,12 @@ func (t brokenTarget) Driver() (driver.Driver, error) { return t, nil }
 func (t brokenTarget) Name() string                   { return "test-broken " + t.endpoint }
 func (brokenTarget) StepTargets() []string            { return nil }
 func (brokenTarget) SecretFingerprint() string        { return "" }
-func (brokenTarget) Guards(name string) bool          { return guardsConditional(name) }
+func (brokenTarget) Guards(name string) bool          { return driver.Guarded(name) }
 func (t brokenTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	put := step{Target: t.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
-		Build: conditionalPut(t.endpoint+"/"+k.Key, k.Body), Judge: func(answer) verdict { return verdict{Class: driver.Created} }}
+		Build: func([]string) (request, error) {
+			return request{Method: http.MethodPut, URL: t.endpoint + "/" + k.Key, Body: k.Body}, nil
+		}, Judge: func(answer) verdict { return verdict{Class: driver.Created} }}
 	second := put
 	second.Label, second.Target = "again", t.Name()+" again"
 	return []step{put, second}, nil

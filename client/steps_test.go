@@ -34,7 +34,7 @@ func (t draftTarget) Name() string                   { return "test-drafts " + t
 func (t draftTarget) draftTarget() string            { return "test-drafts-draft " + t.endpoint }
 func (t draftTarget) StepTargets() []string          { return []string{t.draftTarget()} }
 func (draftTarget) SecretFingerprint() string        { return "" }
-func (draftTarget) Guards(name string) bool          { return guardsConditional(name) }
+func (draftTarget) Guards(name string) bool          { return driver.Guarded(name) }
 
 func (t draftTarget) Steps(k canonical.Keyed, _ string) ([]step, error) {
 	idOf := func(body []byte, member string) string {

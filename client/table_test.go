@@ -17,7 +17,10 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/idempotencykey"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // reply is one scripted server answer.
@@ -222,7 +225,7 @@ func TestWriteRequestShape(t *testing.T) {
 		res, err := c.Deposit(context.Background(), []byte(payload))
 		require.NoError(t, err)
 		require.Len(t, srv.writes, 3)
-		want := idempotencyKey(c.target.(idempotencyKeyDriver).endpoint, res.Key, nil)
+		want := driver.IdempotencyKey(mustEndpoint(srv.URL), res.Key, nil)
 		require.Regexp(t, `^"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`, want)
 		for i, r := range srv.writes {
 			require.Equal(t, http.MethodPost, r.Method)
@@ -265,7 +268,7 @@ func TestProblemDetailIsKept(t *testing.T) {
 		require.Equal(t, 1, srv.writeCount())
 	})
 	t.Run("RetryFailed sends it again", func(t *testing.T) {
-		c2, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Retry: fastRetry, RetryFailed: true})
+		c2, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Retry: fastRetry, RetryFailed: true})
 		require.NoError(t, err)
 		_, err = c2.Deposit(context.Background(), []byte(payload))
 		require.ErrorIs(t, err, ErrTerminal)
@@ -276,7 +279,7 @@ func TestProblemDetailIsKept(t *testing.T) {
 func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "3600"}}, reply{status: 201})
 	var waits []time.Duration
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 		Hooks: Hooks{OnRetry: func(e RetryEvent) { waits = append(waits, e.Wait) }}})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(payload))
@@ -286,7 +289,7 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 
 func TestErrorsNeverCarryCredentialsOrQueries(t *testing.T) {
 	srv := newScripted(t, reply{}, reply{status: 422})
-	c, err := New(Config{Target: Put{Endpoint: srv.URL + "/x?token=s3cret"}, Store: openStore(t), Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL + "/x?token=s3cret"}, Store: openStore(t), Retry: fastRetry,
 		Header: http.Header{"Authorization": {"Bearer s3cret"}}})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(payload))
@@ -347,26 +350,26 @@ func TestSameKeyIsNeverInFlightTwice(t *testing.T) {
 func TestSettingsMismatchIsRefusedBeforeAnyRequest(t *testing.T) {
 	srv := newScripted(t, reply{}, reply{status: 201})
 	store := openStore(t)
-	_, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
+	_, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
 	require.NoError(t, err)
-	_, err = New(Config{Target: Put{Endpoint: srv.URL + "/"}, Store: store})
+	_, err = New(Config{Target: put.Target{Endpoint: srv.URL + "/"}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
-	_, err = New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Form: "python", Ignore: []string{"/created"}})
+	_, err = New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Form: "python", Ignore: []string{"/created"}})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
-	_, err = New(Config{Target: Put{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
+	_, err = New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Ignore: []string{"/created"}})
 	require.NoError(t, err, "the same settings are accepted again")
-	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("a")}, Store: store})
+	_, err = New(Config{Target: idempotencykey.Target{Endpoint: srv.URL, KeySecret: []byte("a")}, Store: store})
 	require.NoError(t, err, "another protocol is another target")
-	_, err = New(Config{Target: IdempotencyKey{Endpoint: srv.URL, KeySecret: []byte("b")}, Store: store})
+	_, err = New(Config{Target: idempotencykey.Target{Endpoint: srv.URL, KeySecret: []byte("b")}, Store: store})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
 	require.Equal(t, 0, srv.writeCount())
 }
 
 func TestASettingsMismatchSaysSoOnce(t *testing.T) {
 	store := openStore(t)
-	_, err := New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	_, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store})
 	require.NoError(t, err)
-	_, err = New(Config{Target: Put{Endpoint: "http://127.0.0.1:1"}, Store: store, Form: "python"})
+	_, err = New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store, Form: "python"})
 	require.ErrorIs(t, err, ErrSettingsMismatch)
 	require.ErrorIs(t, err, dedup.ErrSettingsMismatch, "the store's own error is kept")
 	require.Equal(t, 1, strings.Count(err.Error(), "key settings differ"), err.Error())
@@ -386,7 +389,7 @@ func TestInvalidPayloadSendsNothing(t *testing.T) {
 func TestCancelledContextLeavesThePendingIntent(t *testing.T) {
 	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "1"}})
 	store := openStore(t)
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: store,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store,
 		Retry: backoff.Policy{Base: time.Second, Cap: time.Second, MaxAttempts: 10}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -11,6 +11,7 @@ import (
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // flakyFaults are the random faults of BenchmarkFlaky: throttles that do
@@ -120,7 +121,7 @@ func benchBatch(b *testing.B, srv *repotest.Server, n, conc int, static bool) ba
 		start time.Time
 	)
 	c, err := New(Config{
-		Target: Put{Endpoint: srv.URL}, Store: store, StaticRate: static,
+		Target: put.Target{Endpoint: srv.URL}, Store: store, StaticRate: static,
 		Retry: backoff.Policy{MaxAttempts: 10},
 		Hooks: Hooks{OnRequest: func(e RequestEvent) {
 			if e.Method != http.MethodPut {

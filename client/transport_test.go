@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // A request that fails for good must not cost the other workers their
@@ -44,7 +46,7 @@ func TestAFailedRequestKeepsTheOthersConnections(t *testing.T) {
 	defer srv.Close()
 
 	const workers = 8
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: backoff.Policy{MaxAttempts: 1}})
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: backoff.Policy{MaxAttempts: 1}})
 	require.NoError(t, err)
 	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
 		for i := range 2000 {
@@ -78,7 +80,7 @@ func TestAnAttemptWithoutAnAnswerInTimeIsRetried(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer srv.Close()
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 		HTTPClient: &http.Client{Timeout: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	res, err := c.Deposit(context.Background(), []byte(`{"title":"slow"}`))
@@ -103,7 +105,7 @@ func TestWaitingForTheRateIsNotPartOfAnAttempt(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	defer srv.Close()
-	c, err := New(Config{Target: Put{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: openStore(t), Retry: fastRetry,
 		Rate: 10, StaticRate: true, HTTPClient: &http.Client{Timeout: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	sum, err := c.Run(context.Background(), func(yield func(Item) bool) {
@@ -134,7 +136,7 @@ func (answerAll) RoundTrip(req *http.Request) (*http.Response, error) {
 // second), is sent and answered rather than failing on a 1 s timeout.
 func TestASearchWaitsForItsRateHoldingNoSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := Invenio{Endpoint: "http://repo.example/api", SearchRate: 0.01}.Driver()
+		d, err := invenio.Target{Endpoint: "http://repo.example/api", SearchRate: 0.01}.Driver()
 		require.NoError(t, err)
 		hc, _ := newHTTPClient(&http.Client{Transport: answerAll{}, Timeout: time.Second}, d, NoRateLimit, false)
 		slots := &requestSlots{ch: make(chan struct{}, 1), drain: make(chan struct{})}

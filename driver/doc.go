@@ -8,7 +8,9 @@
 // answer means ([Step.Judge]). The engine decides when to send, wait,
 // retry, record and report; a driver never sends a request itself and
 // never calls back into the engine. This page is what a driver's author
-// must know of what the engine promises and expects.
+// must know of what the engine promises and expects. The built-in targets
+// (the packages under target, such as target/put and target/invenio) are
+// written against this package alone, as a target of one's own is.
 //
 // # Judging answers
 //
@@ -126,17 +128,42 @@
 // # Optional capabilities
 //
 // As with database/sql/driver, optional behaviour is an interface the
-// engine looks for on the Driver: [TransportWrapper] (a signer: wrapped
-// around the client's transport, beneath the engine's rate limit),
-// [RateSetter] (the default request rate when the caller sets none),
-// [RequestPacer] (a rate of its own for some requests) and [Payloader]
-// (a payload read and keyed its own way: the body the steps receive, and
-// the text the key covers, which may leave out what an ignore pointer
-// cannot reach, such as the clock inside an XML string). The recovery of a
-// lost store by scanning the server for markers is not part of the
-// contract yet: it rests on the store's scan tables, so only the built-in
-// InvenioRDM target has it. A target outside package client that
-// arbitrates nothing is therefore reconciled per step, by its checks,
-// while its store holds the deposits' rows; a run on an empty store sends
-// afresh what an earlier, lost store had recorded.
+// engine looks for on the Driver:
+//
+//   - [TransportWrapper] (a signer): wrapped around the client's
+//     transport, beneath the engine's rate limit, so it sees every attempt.
+//   - [RateSetter]: the default request rate when the caller sets none.
+//   - [RequestPacer]: a rate of its own for some requests (a search
+//     endpoint's limit), waited for before the request takes a slot.
+//   - [FileMD5er]: the keyer hashes each dataset file with MD5 too, in the
+//     same read, for a server that reports files by MD5.
+//   - [Seeder]: a lost store is recovered by scanning the server for the
+//     markers its deposits carry. Before a deposit the store knows nothing
+//     of, the engine makes sure the store holds a scan of the server (once
+//     per store, kept whole or not at all, the other processes waiting),
+//     and seeds the deposit's rows from the records found with its marker,
+//     so that a batch run again after its store was lost creates nothing
+//     new; a scan that cannot reach every record stops the run. A target
+//     that arbitrates nothing and has no Seeder is reconciled per step, by
+//     its checks, while its store holds the deposits' rows; a run on an
+//     empty store sends afresh what an earlier, lost store had recorded.
+//   - [Payloader]: a payload read and keyed its own way: the body the
+//     steps receive, and the text the key covers, which may leave out
+//     what an ignore pointer cannot reach (the clock inside Crossref's
+//     deposit XML).
+//   - [Prober]: client.NewProbe may probe the target, writing a record
+//     twice with its one conditional create and removing it after.
+//
+// Each is checked by a type assertion on the Driver value, so a method
+// misnamed silently turns its capability off: assert it where the driver
+// is declared (var _ driver.Seeder = myDriver{}).
+//
+// # Helpers
+//
+// A target's own package may use what the built-in targets share:
+// [Endpoint] (a normalised endpoint) with [TargetName] and [RecordURL],
+// [Identifier], [Pointers] and [MissedPointer] (the identifier rule),
+// [Problem] and [OneLine] (an error body in one line), [IdempotencyKey] and
+// [SecretFingerprint], [DatasetFiles] and [SizedFile] (a dataset's files),
+// [Guarded] (the headers every built-in target reserves).
 package driver

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"net/http"
+	"net/textproto"
+	"time"
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
@@ -33,6 +35,18 @@ type Driver interface {
 	// the directory of a dataset's files, "" for a payload that is not a
 	// dataset.
 	Steps(k canonical.Keyed, dir string) ([]Step, error)
+}
+
+// Guarded reports whether name is a header every built-in target reserves,
+// for a [Driver.Guards] to start from: a caller's If-None-Match or
+// If-Match would change what a write means, and an Idempotency-Key of the
+// caller's would replace the one derived from the key.
+func Guarded(name string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(name) {
+	case "If-None-Match", "If-Match", "Idempotency-Key":
+		return true
+	}
+	return false
 }
 
 // TransportWrapper is a Driver whose requests go through a transport of
@@ -70,4 +84,79 @@ type RequestPacer interface {
 // payload invalid; nothing is recorded then.
 type Payloader interface {
 	Payload(canonical []byte) (body, keyText []byte, err error)
+}
+
+// Seeder is a Driver whose server can be scanned for its deposits'
+// markers, so that a lost store is recovered rather than repeated: for a
+// server that refuses no second effect (InvenioRDM), a marker each
+// deposit carries is the only trace of an earlier run.
+//
+// Before the first request of a deposit its store knows nothing of, the
+// engine makes sure the store holds a scan of the server under
+// ScanTarget: it waits ScanSettle, then requests ScanPage(1), (2), ...
+// (retried like any request) and reads each with ReadScan, until the
+// pages hold the total; a total above ScanWindow stops the run, since
+// the scan cannot see every record. What the scan found is kept with a
+// "scanned" mark in one store transaction (a scan cut short keeps
+// nothing), once per store: the other processes sharing it wait for the
+// mark. The engine then seeds the rows SeedRows returns for the records
+// found with the deposit's Marker, last step first, and the deposit runs
+// from the first step they leave undone.
+type Seeder interface {
+	// Marker is the marker the deposit of k carries on the server.
+	Marker(k canonical.Keyed) string
+	// ScanTarget is the store target under which the scan is kept.
+	ScanTarget() string
+	// ScanPage is the request for page (from 1) of the scan.
+	ScanPage(page int) Request
+	// ReadScan reads one page: the records it found with a marker, how
+	// many hits the page held and the search's total, and ok false for
+	// an answer that is not a page.
+	ReadScan(a Answer) (found []Found, hits, total int, ok bool)
+	// ScanWindow is how many hits the search answers at most.
+	ScanWindow() int
+	// ScanProblem summarises an error body of a scan page in one line.
+	ScanProblem(body []byte) string
+	// ScanSettle is how long to wait before the scan, so that what a run
+	// created just before its store was lost is searchable.
+	ScanSettle() time.Duration
+	// SeedRows is what the store should hold for steps, the steps of k,
+	// given the records found with k's marker (at least one).
+	SeedRows(k canonical.Keyed, steps []Step, found []Found) []SeedRow
+}
+
+// Found is a record a scan found carrying a marker.
+type Found struct {
+	Marker    string // the marker, as the record carries it
+	ID        string // the record's id on the server
+	PID       string // the identifier it was published with; "" if none
+	Published bool   // published, or else a draft
+}
+
+// SeedRow is one store row a [Seeder] seeds for a deposit: the row of
+// Steps[Step], done with ID (as created: the record is this deposit's own
+// work, made in a run whose store is gone), or pending (Done false), so
+// that the step's check runs before it is ever sent.
+type SeedRow struct {
+	Step int
+	ID   string
+	Done bool
+}
+
+// FileMD5er is a Driver that needs each dataset file's MD5 digest beside
+// its SHA-256 (a server that reports attachments or files by MD5). When
+// WantsFileMD5 is true the engine's keyer hashes both in the one read of
+// each file, and [canonical.Keyed.MD5] holds them.
+type FileMD5er interface {
+	WantsFileMD5() bool
+}
+
+// Prober is a Driver whose deposit of a plain payload is one conditional
+// create of a record at a URL of its own (put, webdav, s3, couchdb), so
+// that a probe (client.NewProbe) can ask whether the server honours the
+// condition: the probe writes a record twice with that step's request,
+// judges both answers with its Judge, and then removes the record with
+// the request ProbeRemoval returns, given the answer that created it.
+type Prober interface {
+	ProbeRemoval(created Answer) (Request, error)
 }

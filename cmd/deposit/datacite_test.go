@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/datacite"
 )
 
 // The command mints one DOI per distinct line through the DataCite stub,
@@ -59,7 +59,7 @@ func TestRunMintsDOIsOnceWithDataCite(t *testing.T) {
 	require.Len(t, rows, 3)
 	for _, row := range rows {
 		doi := row["identifier"].(string)
-		want, err := client.DOI("10.5072", row["key"].(string))
+		want, err := datacite.DOI("10.5072", row["key"].(string))
 		require.NoError(t, err)
 		require.Equal(t, want, doi)
 		require.Contains(t, findable, doi)

@@ -16,6 +16,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/put"
 )
 
 // paceWhy is what the first progress line the client's rate limit paces
@@ -33,7 +34,7 @@ func pacedRun(t *testing.T, srv *repotest.Server, rate float64, concurrency, n i
 	var out syncBuffer
 	// The whole input counts as read: the ETA scales the items read so far.
 	p := newProgress(&out, 1, func() int64 { return 1 }, 20*time.Millisecond)
-	cl, err := client.New(client.Config{Target: client.Put{Endpoint: srv.URL}, Store: store, Rate: rate, HTTPClient: srv.Client()})
+	cl, err := client.New(client.Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Rate: rate, HTTPClient: srv.Client()})
 	require.NoError(t, err)
 	p.followRate(rate > 0, "put", cl.RateWait)
 	var items iter.Seq[client.Item] = func(yield func(client.Item) bool) {

@@ -22,6 +22,8 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/invenio"
 )
 
 // runOptions are the flags of `deposit run`.
@@ -83,7 +85,7 @@ func (r *rateFlag) Set(s string) error {
 }
 
 // clientRate is the flag as the library takes a rate (Config.Rate,
-// Invenio.SearchRate): 0 for the default, negative for no limit.
+// invenio.Target.SearchRate): 0 for the default, negative for no limit.
 func (r rateFlag) clientRate() float64 {
 	if r.set && r.v == 0 {
 		return client.NoRateLimit
@@ -163,7 +165,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
-	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", client.DataCiteRate, client.InvenioRate))
+	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", datacite.Rate, invenio.Rate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that, or at once on a local SQLite file")
@@ -176,7 +178,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
-	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", client.InvenioSearchRate))
+	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
 	fs.DurationVar(&o.settle, "settle", 0, "invenio: how long the search index may lag before a draft not found is trusted absent (default 5s); crossref: how long after an upload Crossref may still answer unknown_submission (default 5m)")
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
 	pos, code, ok := c.parse(args, s)

@@ -15,7 +15,14 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/couchdb"
 	"github.com/depositkit/deposit/target/crossref"
+	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/idempotencykey"
+	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/put"
+	"github.com/depositkit/deposit/target/s3"
+	"github.com/depositkit/deposit/target/webdav"
 )
 
 // targetFlags are the flags that choose and configure a target.
@@ -77,13 +84,13 @@ var targetSpecs = map[string]targetSpec{
 	protocol.Crossref: crossrefSpec,
 	protocol.Put: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
-			return client.Put{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
+			return put.Target{Endpoint: f.endpoint, IDPointer: f.idPointer}, nil
 		},
 		flags: []string{"id-pointer"}, probes: true, hint: collectionHint,
 	},
 	protocol.IdempotencyKey: {
 		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
-			return client.IdempotencyKey{Endpoint: f.endpoint, IDPointer: f.idPointer, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET"))}, nil
+			return idempotencykey.Target{Endpoint: f.endpoint, IDPointer: f.idPointer, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET"))}, nil
 		},
 		flags: []string{"id-pointer"},
 		keyReused: func(r client.ItemResult) bool {
@@ -98,7 +105,7 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.WebDAV: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
-			return client.WebDAV{Endpoint: f.endpoint}, nil
+			return webdav.Target{Endpoint: f.endpoint}, nil
 		},
 		probes: true,
 		hint: func(status int) string {
@@ -114,7 +121,7 @@ var targetSpecs = map[string]targetSpec{
 			if err != nil {
 				return nil, err
 			}
-			return client.S3{Endpoint: f.endpoint, AWS: aws}, nil
+			return s3.Target{Endpoint: f.endpoint, AWS: aws}, nil
 		},
 		// Requests are signed; an Authorization header would replace the
 		// signature.
@@ -133,7 +140,7 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.CouchDB: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
-			return client.CouchDB{Endpoint: f.endpoint}, nil
+			return couchdb.Target{Endpoint: f.endpoint}, nil
 		},
 		probes: true, storesFiles: true,
 		hint: func(status int) string {
@@ -145,7 +152,7 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.DataCite: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
-			return client.DataCite{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
+			return datacite.Target{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
 		},
 		flags: []string{"doi-prefix", "event"}, endpointOptional: true,
 		authorize: func(_ string, header http.Header, getenv func(string) string) error {
@@ -172,7 +179,7 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.Invenio: {
 		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
-			return client.Invenio{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
+			return invenio.Target{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
 		},
 		flags: []string{"no-publish", "settle", "search-rate"}, storesFiles: true, standInStep: protocol.DraftStep,
 		authorize: func(endpoint string, header http.Header, getenv func(string) string) error {
@@ -302,8 +309,8 @@ func checkEndpoint(raw string, fromEnv bool) error {
 
 // awsCredentials reads the S3 signing credentials from the usual AWS
 // environment variables. The region defaults to us-east-1.
-func awsCredentials(getenv func(string) string) (client.AWSCredentials, error) {
-	aws := client.AWSCredentials{
+func awsCredentials(getenv func(string) string) (s3.Credentials, error) {
+	aws := s3.Credentials{
 		AccessKeyID:     getenv("AWS_ACCESS_KEY_ID"),
 		SecretAccessKey: getenv("AWS_SECRET_ACCESS_KEY"),
 		SessionToken:    getenv("AWS_SESSION_TOKEN"),

@@ -87,14 +87,14 @@ type Target struct {
 func (t Target) Driver() (driver.Driver, error) {
 	d := crossrefDriver{t: t}
 	var err error
-	if d.deposit, err = normalizeEndpoint("Endpoint", cmpOr(t.Endpoint, DefaultEndpoint)); err != nil {
+	if d.deposit, err = endpoint("Endpoint", cmpOr(t.Endpoint, DefaultEndpoint)); err != nil {
 		return nil, err
 	}
 	if !strings.HasSuffix(d.deposit, "/deposit") {
 		return nil, fmt.Errorf("crossref: Endpoint %q: want the deposit servlet, a URL ending in /servlet/deposit", d.deposit)
 	}
 	d.download = sibling(d.deposit, "submissionDownload")
-	if d.query, err = normalizeEndpoint("QueryEndpoint", cmpOr(t.QueryEndpoint, sibling(d.deposit, "query"))); err != nil {
+	if d.query, err = endpoint("QueryEndpoint", cmpOr(t.QueryEndpoint, sibling(d.deposit, "query"))); err != nil {
 		return nil, err
 	}
 	if t.Settle < 0 || t.Poll < 0 {

@@ -1,4 +1,4 @@
-package client
+package s3
 
 import (
 	"crypto/sha256"
@@ -13,11 +13,11 @@ import (
 	v4 "github.com/aws/smithy-go/aws-http-auth/v4"
 )
 
-// AWSCredentials are the credentials and region requests to an S3-compatible
+// Credentials are the credentials and region requests to an S3-compatible
 // store are signed with (AWS Signature V4). The fields mirror the usual
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN and AWS_REGION
 // environment variables, which the client itself never reads.
-type AWSCredentials struct {
+type Credentials struct {
 	AccessKeyID     string
 	SecretAccessKey string
 	// SessionToken is set for temporary credentials only.
@@ -28,7 +28,7 @@ type AWSCredentials struct {
 	Region string
 }
 
-// defaultRegion is the signing region when AWSCredentials.Region is empty.
+// defaultRegion is the signing region when Credentials.Region is empty.
 const defaultRegion = "us-east-1"
 
 // emptySHA256 is the hex SHA-256 of no bytes, the payload hash of a request
@@ -39,7 +39,7 @@ var emptySHA256 = func() string { s := sha256.Sum256(nil); return hex.EncodeToSt
 // creds before next sends it. The payload hash is taken from the request's
 // X-Amz-Content-Sha256 header, which the s3 target sets once per step, so a
 // retry never hashes the body again.
-func newSigningTransport(next http.RoundTripper, creds AWSCredentials) *signingTransport {
+func newSigningTransport(next http.RoundTripper, creds Credentials) *signingTransport {
 	region := creds.Region
 	if region == "" {
 		region = defaultRegion
@@ -121,7 +121,8 @@ func awsEscapePath(key string) string {
 	var b strings.Builder
 	for i := 0; i < len(key); i++ {
 		c := key[i]
-		if isUnreserved(c) || c == '/' {
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '.' || c == '_' || c == '~' || c == '/' {
 			b.WriteByte(c)
 			continue
 		}

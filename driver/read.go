@@ -1,9 +1,10 @@
-package client
+package driver
 
 import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
@@ -11,27 +12,16 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
+	"github.com/depositkit/deposit/internal/jsonpointer"
 )
 
-// maxAnswerBytes bounds how much of a response body is read when only its
-// class and problem detail matter: enough for a problem detail.
-const maxAnswerBytes = 64 << 10
-
-// maxFullAnswerBytes bounds the body of an answer read for more than its
-// class (driver.Request.Full): a limit no real answer reaches (a page of 100
-// InvenioRDM records is well under 1 MiB, a record with 100 file entries
-// about 100 KiB). A larger body is refused (errAnswerTooLarge) rather than
-// read cut.
-const maxFullAnswerBytes = 16 << 20
-
-// identifierFrom applies the design's identifier rule to a create answer:
-// the first pointer that names a string in a JSON body, else Location
-// resolved against the request URL (without its credentials, which a bare
-// Location would otherwise inherit), else the record URL.
-func identifierFrom(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
-	if id, ok := driver.StringAt(body, pointers); ok {
+// Identifier applies the identifier rule to a create answer: the string
+// at the first of pointers (RFC 6901) that names one in a JSON body, else
+// Location resolved against the request URL (without its credentials,
+// which a bare Location would otherwise inherit), else recordURL.
+func Identifier(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
+	if id, ok := StringAt(body, pointers); ok {
 		return id
 	}
 	if loc := header.Get("Location"); loc != "" {
@@ -44,27 +34,28 @@ func identifierFrom(body []byte, header http.Header, pointers []string, requestU
 	return recordURL
 }
 
-// missedPointer is the warning for an answer whose JSON body names no string
-// at user, the identifier pointer the user chose: the identifier falls back
-// to Location or the record URL, most likely because the pointer is wrong.
-// It is "" when the user chose no pointer (the defaults finding nothing is a
-// server that mints nothing), when the body is not JSON, or when the pointer
-// names a string.
-func missedPointer(user string, body []byte) string {
+// MissedPointer is the warning, for [Verdict.Warn], for an answer whose
+// JSON body names no string at user, the identifier pointer the user
+// chose: the identifier falls back to Location or the record URL, most
+// likely because the pointer is wrong. It is "" when the user chose no
+// pointer (the defaults finding nothing is a server that mints nothing),
+// when the body is not JSON, or when the pointer names a string.
+func MissedPointer(user string, body []byte) string {
 	body = bytes.TrimSpace(body)
 	if user == "" || len(body) == 0 || (body[0] != '{' && body[0] != '[') || !json.Valid(body) {
 		return ""
 	}
-	if _, ok := driver.StringAt(body, []string{user}); ok {
+	if _, ok := StringAt(body, []string{user}); ok {
 		return ""
 	}
 	return "the identifier pointer " + strconv.Quote(user) + " names no string in the server's answer; identifiers fall back to Location or the record URL"
 }
 
-// problemDetail summarises an error body in one line: the RFC 9457 title and
-// detail of a problem document, the messages of a JSON:API errors array, or
-// the first line of a text body.
-func problemDetail(header http.Header, body []byte) string {
+// Problem summarises an error body in one line, for [Verdict.Problem]:
+// the RFC 9457 title and detail of a problem document, the messages of a
+// JSON:API errors array (each with its source), or the first line of a
+// text body; "" for an empty body.
+func Problem(header http.Header, body []byte) string {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
 		return ""
@@ -107,16 +98,17 @@ func problemDetail(header http.Header, body []byte) string {
 				parts = append(parts, msg)
 			}
 			if len(parts) > 0 {
-				return oneLine(strings.Join(parts, "; "))
+				return OneLine(strings.Join(parts, "; "))
 			}
 		}
 	}
 	line, _, _ := strings.Cut(string(body), "\n")
-	return oneLine(line)
+	return OneLine(line)
 }
 
-// oneLine trims s to a single printable line of at most 300 bytes.
-func oneLine(s string) string {
+// OneLine trims s to a single printable line of at most 300 bytes (its
+// runs of white space made one space), for a problem an error will show.
+func OneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > 300 {
 		cut := 300
@@ -126,4 +118,16 @@ func oneLine(s string) string {
 		s = s[:cut] + "..."
 	}
 	return s
+}
+
+// Pointers is the identifier pointers of a target: user, the pointer the
+// user chose (checked as RFC 6901), else defaults.
+func Pointers(user string, defaults ...string) ([]string, error) {
+	if user == "" {
+		return defaults, nil
+	}
+	if _, err := jsonpointer.Parse(user); err != nil {
+		return nil, fmt.Errorf("IDPointer %q: %v", user, err)
+	}
+	return []string{user}, nil
 }

@@ -1,33 +1,30 @@
-package client
+package driver
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/depositkit/deposit/internal/credential"
 )
 
-// endpointOf returns a target's Endpoint normalised; field names it in the
-// error for a missing one ("Put.Endpoint").
-func endpointOf(field, raw string) (string, error) {
+// Endpoint returns a target's endpoint URL normalised per RFC 3986
+// section 6, so that two spellings of one repository give one store target
+// ([TargetName]): scheme and host in lower case, the default port and a
+// trailing slash dropped, percent-encoding normalised (unreserved
+// characters decoded, hex digits upper case), no user info and no
+// fragment. The query is kept: it is part of the resource (a token in it
+// is digested by TargetName). field names the option in the error for a
+// missing endpoint ("put.Target.Endpoint"); no error shows a credential.
+func Endpoint(field, raw string) (string, error) {
 	if strings.TrimSpace(raw) == "" {
-		return "", fmt.Errorf("%w: %s is required", ErrConfig, field)
+		return "", fmt.Errorf("%s is required", field)
 	}
 	return normalizeEndpoint(raw)
 }
 
-// normalizeEndpoint returns the endpoint URL normalised per RFC 3986
-// section 6: scheme and host in lower case, the default port and a trailing
-// slash dropped, percent-encoding normalised (unreserved characters decoded,
-// hex digits upper case), no user info and no fragment. The query is kept: it
-// is part of the resource.
+// normalizeEndpoint is Endpoint of a URL given.
 func normalizeEndpoint(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	var uerr *url.Error
@@ -103,9 +100,9 @@ func isUnreserved(c byte) bool {
 		c == '-' || c == '.' || c == '_' || c == '~'
 }
 
-// redactURL drops user info, query and fragment so a URL can be logged or put
-// in an error without leaking credentials or tokens.
-func redactURL(raw string) string {
+// RedactURL drops user info, query and fragment so that a URL can be
+// logged or put in an error without leaking credentials or tokens.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable url)"
@@ -116,31 +113,4 @@ func redactURL(raw string) string {
 	u.Fragment = ""
 	u.RawFragment = ""
 	return u.String()
-}
-
-// idempotencyKey is the Idempotency-Key header value for a deposit: a quoted
-// Structured Field string holding the UUIDv5 (URL namespace) of
-// "POST <target> <key>", or of the lowercase hex HMAC-SHA256 of that string
-// under the key secret when one is set. The same inputs give the same bytes in
-// every process and after every restart.
-func idempotencyKey(target, key string, secret []byte) string {
-	name := "POST " + target + " " + key
-	if len(secret) > 0 {
-		mac := hmac.New(sha256.New, secret)
-		mac.Write([]byte(name))
-		name = hex.EncodeToString(mac.Sum(nil))
-	}
-	return `"` + uuid.NewSHA1(uuid.NameSpaceURL, []byte(name)).String() + `"`
-}
-
-// secretFingerprint identifies a key secret without revealing it, so the
-// store can refuse a run whose secret differs from the one its keys were made
-// with. Empty when there is no secret.
-func secretFingerprint(secret []byte) string {
-	if len(secret) == 0 {
-		return ""
-	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte("deposit key secret fingerprint"))
-	return hex.EncodeToString(mac.Sum(nil))[:16]
 }

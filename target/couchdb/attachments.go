@@ -1,4 +1,4 @@
-package client
+package couchdb
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,37 +48,37 @@ var errFileChanged = errors.New("changed since it was hashed")
 // couchDatasetStep is the PUT of the dataset document with its files
 // inline. An "exists" answer (409) is checked by reading the document back:
 // every file must be there as an attachment of its length and MD5.
-func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, error) {
-	files, err := datasetFiles(k.Body)
+func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (driver.Step, error) {
+	files, err := driver.DatasetFiles(k.Body)
 	if err != nil {
-		return step{}, err
+		return driver.Step{}, err
 	}
 	for _, f := range files {
 		if strings.HasPrefix(f.Path, "_") {
-			return step{}, fmt.Errorf("couchdb: file %q: CouchDB refuses attachment names starting with _", f.Path)
+			return driver.Step{}, fmt.Errorf("couchdb: file %q: CouchDB refuses attachment names starting with _", f.Path)
 		}
 		if k.MD5[f.Path] == "" {
-			return step{}, fmt.Errorf("couchdb: no MD5 for file %q (the keyer must be made WithFileMD5)", f.Path)
+			return driver.Step{}, fmt.Errorf("couchdb: no MD5 for file %q (the keyer must be made WithFileMD5)", f.Path)
 		}
 	}
 	head, tail, err := couchInlineFrame(files, k.Body)
 	if err != nil {
-		return step{}, err
+		return driver.Step{}, err
 	}
 	size := int64(len(tail))
 	for i, f := range files {
 		size += int64(len(head[i])) + int64(base64.StdEncoding.EncodedLen(int(f.Size)))
 	}
 	url := driver.RecordURL(d.endpoint, k.Key)
-	return step{
+	return driver.Step{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
-		Build: func([]string) (request, error) {
+		Build: func([]string) (driver.Request, error) {
 			h := http.Header{}
 			h.Set("Content-Type", "application/json")
 			open := func() (io.Reader, error) {
 				return newCouchInlineBody(dir, files, head, tail, size), nil
 			}
-			return request{Method: http.MethodPut, URL: url, Header: h, Open: open, Size: size}, nil
+			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open, Size: size}, nil
 		},
 		Judge:    judgeCouchDB,
 		Check:    couchAttachmentsCheck(url, files, k.MD5),
@@ -90,7 +91,7 @@ func (d couchdbDriver) couchDatasetStep(k canonical.Keyed, dir string) (step, er
 // document is
 //
 //	{"_attachments":{"P1":{"content_type":T,"data":"..."},...},<members of doc>}
-func couchInlineFrame(files []datasetFile, doc []byte) (head [][]byte, tail []byte, err error) {
+func couchInlineFrame(files []driver.DatasetFile, doc []byte) (head [][]byte, tail []byte, err error) {
 	if len(doc) < 2 || doc[0] != '{' || doc[len(doc)-1] != '}' {
 		return nil, nil, errors.New("couchdb: a document must be a JSON object")
 	}
@@ -126,7 +127,7 @@ type couchInlineBody struct {
 	files []*base64File
 }
 
-func newCouchInlineBody(dir string, files []datasetFile, head [][]byte, tail []byte, size int64) *couchInlineBody {
+func newCouchInlineBody(dir string, files []driver.DatasetFile, head [][]byte, tail []byte, size int64) *couchInlineBody {
 	b := &couchInlineBody{size: size}
 	parts := make([]io.Reader, 0, 2*len(files)+1)
 	for i, f := range files {
@@ -154,7 +155,7 @@ func (b *couchInlineBody) Close() error {
 // and SHA-256 against the dataset document's entry.
 type base64File struct {
 	path string
-	want datasetFile
+	want driver.DatasetFile
 	fh   *os.File
 	sum  hash.Hash
 	read int64  // file bytes read so far
@@ -229,25 +230,25 @@ func (b *base64File) close() {
 }
 
 // judgeCouchDB judges an answer to a document PUT without a revision.
-func judgeCouchDB(a answer) verdict {
+func judgeCouchDB(a driver.Answer) driver.Verdict {
 	if a.Err != nil {
 		if errors.Is(a.Err, errFileChanged) {
 			// The body failed before it was complete: nothing was stored,
 			// and sending it again sends the same changed file.
-			return verdict{Class: driver.Terminal, Problem: scrub(a.Err).Error()}
+			return driver.Verdict{Class: driver.Terminal, Problem: withoutURL(a.Err).Error()}
 		}
-		return verdict{Class: driver.Classify(a)}
+		return driver.Verdict{Class: driver.Classify(a)}
 	}
 	switch a.Status {
 	case http.StatusAccepted:
 		// Accepted, not yet on every node.
-		return verdict{Class: driver.Created}
+		return driver.Verdict{Class: driver.Created}
 	case http.StatusConflict:
 		// {"error":"conflict"}: a document with this id exists. The id is
 		// the content key, so it is ours.
-		return verdict{Class: driver.Exists}
+		return driver.Verdict{Class: driver.Exists}
 	}
-	return verdict{Class: driver.Classify(a)}
+	return driver.Verdict{Class: driver.Classify(a)}
 }
 
 // couchAttachmentsCheck reads a dataset's document back and finds it ours
@@ -256,34 +257,34 @@ func judgeCouchDB(a answer) verdict {
 // document without them (a dataset stored by a client that sent no file
 // bytes, or another document at this id) is foreign: nothing is sent over
 // it.
-func couchAttachmentsCheck(url string, files []datasetFile, md5s map[string]string) *check {
-	return &check{
-		Build: func([]string) (request, error) {
+func couchAttachmentsCheck(url string, files []driver.DatasetFile, md5s map[string]string) *driver.Check {
+	return &driver.Check{
+		Build: func([]string) (driver.Request, error) {
 			h := http.Header{}
 			h.Set("Accept", "application/json")
-			return request{Method: http.MethodGet, URL: url, Header: h}, nil
+			return driver.Request{Method: http.MethodGet, URL: url, Header: h}, nil
 		},
-		Judge: func(a answer) finding {
+		Judge: func(a driver.Answer) driver.Finding {
 			if a.Err != nil {
-				return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+				return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 			}
 			switch a.Status {
 			case http.StatusOK:
 				if problem := couchMissingFile(a.Body, files, md5s); problem != "" {
-					return finding{Kind: driver.Foreign, Problem: problem}
+					return driver.Finding{Kind: driver.Foreign, Problem: problem}
 				}
-				return finding{Kind: driver.Present}
+				return driver.Finding{Kind: driver.Present}
 			case http.StatusNotFound:
-				return finding{Kind: driver.Absent}
+				return driver.Finding{Kind: driver.Absent}
 			}
-			return finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+			return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 		},
 	}
 }
 
 // couchMissingFile names the first file a document read back does not hold
 // as an attachment of the right length and MD5; "" when it holds them all.
-func couchMissingFile(doc []byte, files []datasetFile, md5s map[string]string) string {
+func couchMissingFile(doc []byte, files []driver.DatasetFile, md5s map[string]string) string {
 	var d struct {
 		Attachments map[string]struct {
 			Digest string `json:"digest"`
@@ -305,4 +306,13 @@ func couchMissingFile(doc []byte, files []datasetFile, md5s map[string]string) s
 		}
 	}
 	return ""
+}
+
+// withoutURL is err without the request URL a *url.Error names, which may
+// hold a token.
+func withoutURL(err error) error {
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err
+	}
+	return err
 }

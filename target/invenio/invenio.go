@@ -1,4 +1,9 @@
-package client
+// Package invenio provides the invenio target: an InvenioRDM repository
+// (Zenodo, its sandbox, institutional instances) through its REST API. It
+// dedups nothing, so each deposit is guarded step by step, and a lost
+// store is recovered by scanning the account's records for the markers
+// the deposits carry (driver.Seeder).
+package invenio
 
 import (
 	"bytes"
@@ -22,17 +27,16 @@ import (
 
 	"github.com/depositkit/deposit/backoff"
 	"github.com/depositkit/deposit/canonical"
-	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
 )
 
-// Invenio is an InvenioRDM repository through its REST API: Zenodo, its
+// Target is an InvenioRDM repository through its REST API: Zenodo, its
 // sandbox, and institutional instances. InvenioRDM dedups nothing (every
 // POST /records makes a new draft), so a deposit is guarded step by step:
 //
 //  1. The draft: POST {Endpoint}/records with the payload and a marker, an
-//     alternate identifier {"scheme":"urn","identifier":InvenioMarker(key)}
+//     alternate identifier {"scheme":"urn","identifier":Marker(key)}
 //     appended to metadata.identifiers. Its id is durable in the store
 //     before the next request. After an ambiguous answer the client
 //     searches the user's own records and drafts (GET
@@ -73,7 +77,7 @@ import (
 // client sets files.enabled (true exactly when the dataset has files) and
 // adds the marker; a payload that disagrees is invalid. Credentials go in
 // Config.Header: "Authorization: Bearer <token>".
-type Invenio struct {
+type Target struct {
 	// Endpoint is the API root, such as https://zenodo.org/api. Required.
 	Endpoint string
 	// KeySecret, when set, makes the marker an HMAC-SHA256 of the content
@@ -84,48 +88,48 @@ type Invenio struct {
 	// files are. A later run without NoPublish publishes them.
 	NoPublish bool
 	// SettleTime is how long a search must have had to show a draft before
-	// "not found" is trusted; default InvenioSettleTime.
+	// "not found" is trusted; default SettleTime.
 	SettleTime time.Duration
 	// MaxFiles is the most files a record may have; a dataset with more is
-	// invalid before any request. Default InvenioMaxFiles.
+	// invalid before any request. Default MaxFiles.
 	MaxFiles int
 	// SearchRate limits searches per second, on a budget of their own,
-	// within Config.Rate; default InvenioSearchRate, negative unlimited.
+	// within Config.Rate; default SearchRate, negative unlimited.
 	SearchRate float64
 }
 
 // InvenioRDM defaults.
 const (
-	// InvenioRate is the default Config.Rate under Invenio, in requests per
+	// Rate is the default Config.Rate under Invenio, in requests per
 	// second: 90 a minute, inside Zenodo's 100 per minute (and 5,000 per
 	// hour) for an authenticated user.
-	InvenioRate = 1.5
-	// InvenioSearchRate is the default Invenio.SearchRate: 27 a minute,
+	Rate = 1.5
+	// SearchRate is the default Target.SearchRate: 27 a minute,
 	// inside Zenodo's 30 per minute for search.
-	InvenioSearchRate = 0.45
-	// InvenioSettleTime is the default Invenio.SettleTime. InvenioRDM
+	SearchRate = 0.45
+	// SettleTime is the default Target.SettleTime. InvenioRDM
 	// indexes a draft when its request commits but does not refresh the
 	// search index for creates, updates or publishes (only for deleting a
 	// draft), so a draft shows in search at the index's next periodic
 	// refresh: every second by default in OpenSearch and Elasticsearch.
 	// Five refresh intervals leave room for a loaded cluster.
-	InvenioSettleTime = 5 * time.Second
-	// InvenioMaxFiles is the default Invenio.MaxFiles: InvenioRDM's
+	SettleTime = 5 * time.Second
+	// MaxFiles is the default Target.MaxFiles: InvenioRDM's
 	// RDM_RECORDS_MAX_FILES_COUNT, Zenodo's 100 files per record.
-	InvenioMaxFiles = 100
+	MaxFiles = 100
 )
 
 // invenioMarkerPrefix starts every marker; the rest names how it was made.
 const invenioMarkerPrefix = "urn:deposit:"
 
-// InvenioMarker returns the marker a deposit with key (lowercase hex
+// Marker returns the marker a deposit with key (lowercase hex
 // SHA-256) carries as an alternate identifier: "urn:deposit:sha256:" + key,
 // or with a key secret "urn:deposit:hmac-sha256:" + the lowercase hex
 // HMAC-SHA256 of the key under the secret. The scheme is URN because every
 // InvenioRDM instance accepts it (its validator checks only the URN syntax)
 // and DataCite exports it as such; alternate identifiers are public once a
 // record is published.
-func InvenioMarker(key string, secret []byte) string {
+func Marker(key string, secret []byte) string {
 	if len(secret) == 0 {
 		return invenioMarkerPrefix + "sha256:" + key
 	}
@@ -143,24 +147,25 @@ type invenioDriver struct {
 	searchRate float64
 }
 
-func (t Invenio) Driver() (driver.Driver, error) {
-	ep, err := endpointOf("Invenio.Endpoint", t.Endpoint)
+// Driver checks the options and returns the target's driver.
+func (t Target) Driver() (driver.Driver, error) {
+	ep, err := driver.Endpoint("invenio.Target.Endpoint", t.Endpoint)
 	if err != nil {
 		return nil, err
 	}
 	if t.SettleTime < 0 || t.MaxFiles < 0 {
-		return nil, fmt.Errorf("%w: Invenio.SettleTime and Invenio.MaxFiles must not be negative", ErrConfig)
+		return nil, errors.New("invenio.Target.SettleTime and invenio.Target.MaxFiles must not be negative")
 	}
 	d := invenioDriver{endpoint: ep, secret: append([]byte(nil), t.KeySecret...), publish: !t.NoPublish,
 		settle: t.SettleTime, maxFiles: t.MaxFiles, searchRate: t.SearchRate}
 	if d.settle == 0 {
-		d.settle = InvenioSettleTime
+		d.settle = SettleTime
 	}
 	if d.maxFiles == 0 {
-		d.maxFiles = InvenioMaxFiles
+		d.maxFiles = MaxFiles
 	}
 	if d.searchRate == 0 {
-		d.searchRate = InvenioSearchRate
+		d.searchRate = SearchRate
 	}
 	return d, nil
 }
@@ -181,7 +186,7 @@ func (d invenioDriver) recheckTarget() string {
 
 // scanTarget names the scan of the user's records (dedup's scan tables),
 // one per endpoint whatever the steps.
-func (d invenioDriver) scanTarget() string {
+func (d invenioDriver) ScanTarget() string {
 	return driver.TargetName(protocol.Invenio+"-scan", d.endpoint)
 }
 
@@ -202,10 +207,10 @@ func (d invenioDriver) StepTargets() []string {
 	return t
 }
 
-func (d invenioDriver) SecretFingerprint() string { return secretFingerprint(d.secret) }
-func (d invenioDriver) Guards(name string) bool   { return guardsConditional(name) }
-func (d invenioDriver) DefaultRate() float64      { return InvenioRate }
-func (d invenioDriver) wantsFileMD5() bool        { return true }
+func (d invenioDriver) SecretFingerprint() string { return driver.SecretFingerprint(d.secret) }
+func (d invenioDriver) Guards(name string) bool   { return driver.Guarded(name) }
+func (d invenioDriver) DefaultRate() float64      { return Rate }
+func (d invenioDriver) WantsFileMD5() bool        { return true }
 
 func (d invenioDriver) WrapTransport(next http.RoundTripper) http.RoundTripper {
 	return &invenioTransport{next: next}
@@ -248,10 +253,10 @@ func (d invenioDriver) fileURL(id, key, suffix string) string {
 	return d.url("records/"+url.PathEscape(id)+"/draft/files/"+strings.Join(parts, "/")+suffix, nil)
 }
 
-func (d invenioDriver) marker(k canonical.Keyed) string { return InvenioMarker(k.Key, d.secret) }
+func (d invenioDriver) Marker(k canonical.Keyed) string { return Marker(k.Key, d.secret) }
 
 // Steps are the draft, three per file, and the publish.
-func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
+func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 	steps, _, err := d.layout(k, dir)
 	return steps, err
 }
@@ -259,35 +264,35 @@ func (d invenioDriver) Steps(k canonical.Keyed, dir string) ([]step, error) {
 // layout returns the steps of a deposit and, for each, the identifier it
 // has once the record is published (for seeding from a scan). A dataset is
 // keyed with file digests (k.MD5); dir is where its files are read from.
-func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, error) {
+func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []string, error) {
 	payload := k.Body
-	var files []datasetFile
+	var files []driver.DatasetFile
 	if dir != "" || k.MD5 != nil {
 		var doc struct {
-			Dataset  []datasetFile   `json:"dataset"`
-			Metadata json.RawMessage `json:"metadata"`
+			Dataset  []driver.DatasetFile `json:"dataset"`
+			Metadata json.RawMessage      `json:"metadata"`
 		}
 		if err := json.Unmarshal(k.Body, &doc); err != nil || len(doc.Dataset) == 0 {
 			return nil, nil, errors.New("invenio: not a dataset document")
 		}
 		files, payload = doc.Dataset, doc.Metadata
 		if len(files) > d.maxFiles {
-			return nil, nil, fmt.Errorf("invenio: %d files, but a record may have at most %d (Invenio.MaxFiles)", len(files), d.maxFiles)
+			return nil, nil, fmt.Errorf("invenio: %d files, but a record may have at most %d (Target.MaxFiles)", len(files), d.maxFiles)
 		}
 	}
-	marker := d.marker(k)
+	marker := d.Marker(k)
 	body, err := invenioDraftBody(payload, marker, len(files) > 0)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	draft := step{
+	draft := driver.Step{
 		Label: "draft", Target: d.draftTarget(), Key: k.Key, Durable: true, RecordID: true,
 		Recheck: d.recheckTarget(),
-		Build: func([]string) (request, error) {
-			return request{Method: http.MethodPost, URL: d.url("records", nil), Header: jsonHeader(), Body: body, Full: true}, nil
+		Build: func([]string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodPost, URL: d.url("records", nil), Header: jsonHeader(), Body: body, Full: true}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioVerdict(a)
 			if v.Class == driver.Created {
 				if v.ID = stringMember(a.Body, "id"); v.ID == "" {
@@ -306,7 +311,7 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]step, []string, 
 	if !d.publish {
 		draft.Label, draft.Primary = "", true
 	}
-	steps, seeds := []step{draft}, []string{""}
+	steps, seeds := []driver.Step{draft}, []string{""}
 	for _, f := range files {
 		md5 := k.MD5[f.Path]
 		if md5 == "" {
@@ -377,20 +382,20 @@ func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, err
 
 // markerCheck searches the user's records and drafts for marker: one
 // record holding it exactly is the draft; two or more are a conflict.
-func (d invenioDriver) markerCheck(marker string) *check {
+func (d invenioDriver) markerCheck(marker string) *driver.Check {
 	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}}
-	return &check{
+	return &driver.Check{
 		Settle: d.settle,
-		Build: func([]string) (request, error) {
-			return request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}, nil
+		Build: func([]string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}, nil
 		},
-		Judge: func(a answer) finding {
+		Judge: func(a driver.Answer) driver.Finding {
 			if a.Err != nil || a.Status != http.StatusOK {
-				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+				return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			}
 			hits, _, ok := invenioHits(a.Body)
 			if !ok {
-				return finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the search answer is not a page of hits"}
+				return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the search answer is not a page of hits"}
 			}
 			// The identifier field is text: a phrase query also matches
 			// longer identifiers, so only exact values count.
@@ -402,11 +407,11 @@ func (d invenioDriver) markerCheck(marker string) *check {
 			}
 			switch len(ids) {
 			case 0:
-				return finding{Kind: driver.Absent}
+				return driver.Finding{Kind: driver.Absent}
 			case 1:
-				return finding{Kind: driver.Present, ID: ids[0]}
+				return driver.Finding{Kind: driver.Present, ID: ids[0]}
 			}
-			return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
+			return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 				"%d records carry the marker %s: %s; keep one, delete the surplus drafts (DELETE /api/records/{id}/draft), then run again with --retry-failed",
 				len(ids), marker, strings.Join(ids, ", "))}
 		},
@@ -414,44 +419,66 @@ func (d invenioDriver) markerCheck(marker string) *check {
 }
 
 // fileSteps are the three steps of one file; at is the index of the first.
-func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at int) []step {
-	want := "md5:" + md5
-	label := "file " + strconv.Quote(f.Path)
-	path := filepath.Join(dir, filepath.FromSlash(f.Path))
-	row := func(phase string) string { return key + " " + phase + " " + f.Path }
-	// entry reads the file's entry: absent, pending, or committed with
-	// the keyed bytes ("completed"); committed with other bytes is foreign.
-	entry := func(done func(status string) finding) *check {
-		return &check{
-			Build: func(prior []string) (request, error) {
-				return request{Method: http.MethodGet, URL: d.fileURL(prior[0], f.Path, ""), Header: acceptJSON(), Full: true}, nil
-			},
-			Judge: func(a answer) finding {
-				if a.Err == nil && a.Status == http.StatusNotFound {
-					return finding{Kind: driver.Absent}
-				}
-				if a.Err != nil || a.Status != http.StatusOK {
-					return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
-				}
-				status, sum := stringMember(a.Body, "status"), stringMember(a.Body, "checksum")
-				if status == "completed" && sum != want {
-					return finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
-						"%s on the draft is committed with %s, not the %s of the bytes keyed: delete it (DELETE .../draft/files/{key}) and run again with --retry-failed",
-						label, sum, want)}
-				}
-				return done(status)
-			},
-		}
-	}
-	committed := func(prior []string) (string, bool) { return want, prior[at] == "completed" }
+func (d invenioDriver) fileSteps(key, dir string, f driver.DatasetFile, md5 string, at int) []driver.Step {
+	fs := fileSteps{d: d, f: f, key: key, at: at, want: "md5:" + md5,
+		label: "file " + strconv.Quote(f.Path), path: filepath.Join(dir, filepath.FromSlash(f.Path))}
+	return []driver.Step{fs.initStep(), fs.uploadStep(), fs.commitStep()}
+}
 
-	initStep := step{
-		Label: label, Target: d.fileTarget(), Key: row("init"), Durable: true,
-		Build: func(prior []string) (request, error) {
-			body, _ := json.Marshal([]map[string]string{{"key": f.Path}})
-			return request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), Header: jsonHeader(), Body: body}, nil
+// fileSteps builds the steps of one file of a dataset: start its entry on
+// the draft, upload its bytes, commit it.
+type fileSteps struct {
+	d           invenioDriver
+	f           driver.DatasetFile
+	key         string
+	at          int    // the index of the first of the three steps
+	want        string // the checksum the entry must have: "md5:" + the keyed MD5
+	label, path string
+}
+
+// row is the store key of the step of this file in phase.
+func (fs fileSteps) row(phase string) string { return fs.key + " " + phase + " " + fs.f.Path }
+
+// committed settles the upload and the commit when the entry was found
+// committed with the keyed bytes.
+func (fs fileSteps) committed(prior []string) (string, bool) {
+	return fs.want, prior[fs.at] == "completed"
+}
+
+// entry reads the file's entry: absent, pending, or committed with the
+// keyed bytes ("completed"); committed with other bytes is foreign.
+func (fs fileSteps) entry(done func(status string) driver.Finding) *driver.Check {
+	return &driver.Check{
+		Build: func(prior []string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodGet, URL: fs.d.fileURL(prior[0], fs.f.Path, ""), Header: acceptJSON(), Full: true}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Finding {
+			if a.Err == nil && a.Status == http.StatusNotFound {
+				return driver.Finding{Kind: driver.Absent}
+			}
+			if a.Err != nil || a.Status != http.StatusOK {
+				return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+			}
+			status, sum := stringMember(a.Body, "status"), stringMember(a.Body, "checksum")
+			if status == "completed" && sum != fs.want {
+				return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
+					"%s on the draft is committed with %s, not the %s of the bytes keyed: delete it (DELETE .../draft/files/{key}) and run again with --retry-failed",
+					fs.label, sum, fs.want)}
+			}
+			return done(status)
+		},
+	}
+}
+
+// initStep starts the file's entry on the draft.
+func (fs fileSteps) initStep() driver.Step {
+	return driver.Step{
+		Label: fs.label, Target: fs.d.fileTarget(), Key: fs.row("init"), Durable: true,
+		Build: func(prior []string) (driver.Request, error) {
+			body, _ := json.Marshal([]map[string]string{{"key": fs.f.Path}})
+			return driver.Request{Method: http.MethodPost, URL: fs.d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), Header: jsonHeader(), Body: body}, nil
+		},
+		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
 			switch {
 			case v.Class == driver.Created:
@@ -461,29 +488,33 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 			}
 			return v
 		},
-		Check: entry(func(status string) finding {
+		Check: fs.entry(func(status string) driver.Finding {
 			if status == "completed" {
-				return finding{Kind: driver.Present, ID: "completed"}
+				return driver.Finding{Kind: driver.Present, ID: "completed"}
 			}
-			return finding{Kind: driver.Present, ID: "pending"}
+			return driver.Finding{Kind: driver.Present, ID: "pending"}
 		}),
 	}
-	upload := step{
-		Label: label + " upload", Target: d.fileTarget(), Key: row("content"), Durable: true,
-		Settled: committed,
-		Build: func(prior []string) (request, error) {
+}
+
+// uploadStep sends the file's bytes, streamed from the file.
+func (fs fileSteps) uploadStep() driver.Step {
+	return driver.Step{
+		Label: fs.label + " upload", Target: fs.d.fileTarget(), Key: fs.row("content"), Durable: true,
+		Settled: fs.committed,
+		Build: func(prior []string) (driver.Request, error) {
 			h := http.Header{}
 			h.Set("Content-Type", "application/octet-stream")
 			open := func() (io.Reader, error) {
-				fh, err := os.Open(path)
+				fh, err := os.Open(fs.path)
 				if err != nil {
 					return nil, err
 				}
-				return sizedFile{fh, f.Size}, nil
+				return driver.SizedFile{File: fh, Size: fs.f.Size}, nil
 			}
-			return request{Method: http.MethodPut, URL: d.fileURL(prior[0], f.Path, "/content"), Header: h, Open: open, Size: f.Size}, nil
+			return driver.Request{Method: http.MethodPut, URL: fs.d.fileURL(prior[0], fs.f.Path, "/content"), Header: h, Open: open, Size: fs.f.Size}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
 			switch {
 			case v.Class == driver.Created && bytes.Contains(a.Body, []byte(`"errors"`)):
@@ -498,59 +529,63 @@ func (d invenioDriver) fileSteps(key, dir string, f datasetFile, md5 string, at 
 			}
 			return v
 		},
-		Check: entry(func(status string) finding {
+		Check: fs.entry(func(status string) driver.Finding {
 			if status == "completed" {
-				return finding{Kind: driver.Present, ID: want}
+				return driver.Finding{Kind: driver.Present, ID: fs.want}
 			}
-			return finding{Kind: driver.Absent} // pending: send the bytes again
+			return driver.Finding{Kind: driver.Absent} // pending: send the bytes again
 		}),
 	}
-	commit := step{
-		Label: label + " commit", Target: d.fileTarget(), Key: row("commit"), Durable: true,
-		Settled: committed,
-		Build: func(prior []string) (request, error) {
-			return request{Method: http.MethodPost, URL: d.fileURL(prior[0], f.Path, "/commit"), Header: acceptJSON(), Full: true}, nil
+}
+
+// commitStep commits the file, checking the checksum the server computed
+// against the one keyed.
+func (fs fileSteps) commitStep() driver.Step {
+	return driver.Step{
+		Label: fs.label + " commit", Target: fs.d.fileTarget(), Key: fs.row("commit"), Durable: true,
+		Settled: fs.committed,
+		Build: func(prior []string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodPost, URL: fs.d.fileURL(prior[0], fs.f.Path, "/commit"), Header: acceptJSON(), Full: true}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
 			if v.Class != driver.Created {
 				return v
 			}
 			switch sum := stringMember(a.Body, "checksum"); sum {
-			case want:
-				v.ID = want
+			case fs.want:
+				v.ID = fs.want
 			case "":
 				v.Class, v.Problem = driver.Ambiguous, "the commit answer has no checksum"
 			default:
-				v.Class, v.Problem = driver.Terminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", label, sum, want)
+				v.Class, v.Problem = driver.Terminal, fmt.Sprintf("%s was committed with %s, but its bytes were keyed with %s: the file changed since its key was computed", fs.label, sum, fs.want)
 			}
 			return v
 		},
-		Check: entry(func(status string) finding {
+		Check: fs.entry(func(status string) driver.Finding {
 			if status == "completed" {
-				return finding{Kind: driver.Present, ID: want}
+				return driver.Finding{Kind: driver.Present, ID: fs.want}
 			}
-			return finding{Kind: driver.Absent}
+			return driver.Finding{Kind: driver.Absent}
 		}),
 	}
-	return []step{initStep, upload, commit}
 }
 
 // publishStep publishes the draft. Its identifier is the DOI the record was
 // published with, else the record id.
-func (d invenioDriver) publishStep(key string) step {
+func (d invenioDriver) publishStep(key string) driver.Step {
 	pid := func(body []byte, id string) string {
 		if doi, ok := driver.StringAt(body, []string{"/pids/doi/identifier"}); ok {
 			return doi
 		}
 		return id
 	}
-	return step{
+	return driver.Step{
 		Label: "publish", Target: d.publishTarget(), Key: key, Primary: true, Durable: true,
-		Build: func(prior []string) (request, error) {
-			return request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), Header: acceptJSON(), Full: true}, nil
+		Build: func(prior []string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), Header: acceptJSON(), Full: true}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
 			switch {
 			case a.Err == nil && a.Status == http.StatusAccepted:
@@ -567,11 +602,11 @@ func (d invenioDriver) publishStep(key string) step {
 			}
 			return v
 		},
-		Check: &check{
-			Build: func(prior []string) (request, error) {
-				return request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[0]), nil), Header: acceptJSON(), Full: true}, nil
+		Check: &driver.Check{
+			Build: func(prior []string) (driver.Request, error) {
+				return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[0]), nil), Header: acceptJSON(), Full: true}, nil
 			},
-			Judge: func(a answer) finding {
+			Judge: func(a driver.Answer) driver.Finding {
 				switch {
 				case a.Err == nil && a.Status == http.StatusOK:
 					var r struct {
@@ -579,13 +614,13 @@ func (d invenioDriver) publishStep(key string) step {
 						Published bool   `json:"is_published"`
 					}
 					if json.Unmarshal(a.Body, &r) != nil || !r.Published {
-						return finding{Kind: driver.Absent}
+						return driver.Finding{Kind: driver.Absent}
 					}
-					return finding{Kind: driver.Present, ID: pid(a.Body, r.ID)}
+					return driver.Finding{Kind: driver.Present, ID: pid(a.Body, r.ID)}
 				case a.Err == nil && a.Status == http.StatusNotFound:
-					return finding{Kind: driver.Absent} // "not registered": never published
+					return driver.Finding{Kind: driver.Absent} // "not registered": never published
 				}
-				return finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
+				return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 			},
 		},
 	}
@@ -601,19 +636,19 @@ const (
 	invenioScanWindow = 10000
 )
 
-func (d invenioDriver) scanSettle() time.Duration  { return d.settle }
-func (d invenioDriver) scanWindow() int            { return invenioScanWindow }
-func (d invenioDriver) problem(body []byte) string { return invenioProblem(body) }
+func (d invenioDriver) ScanSettle() time.Duration      { return d.settle }
+func (d invenioDriver) ScanWindow() int                { return invenioScanWindow }
+func (d invenioDriver) ScanProblem(body []byte) string { return invenioProblem(body) }
 
-// scanPage asks for every version (allversions): a record the user made a
+// ScanPage asks for every version (allversions): a record the user made a
 // new version of still carries its marker in the version deposited, which
 // a search of latest versions would not show.
-func (d invenioDriver) scanPage(page int) request {
+func (d invenioDriver) ScanPage(page int) driver.Request {
 	q := url.Values{"sort": {"newest"}, "size": {strconv.Itoa(invenioScanSize)}, "page": {strconv.Itoa(page)}, "allversions": {"true"}}
-	return request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}
+	return driver.Request{Method: http.MethodGet, URL: d.url("user/records", q), Header: acceptJSON(), Full: true}
 }
 
-func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
+func (d invenioDriver) ReadScan(a driver.Answer) ([]driver.Found, int, int, bool) {
 	if a.Err != nil || a.Status != http.StatusOK {
 		return nil, 0, 0, false
 	}
@@ -621,37 +656,37 @@ func (d invenioDriver) readScan(a answer) ([]dedup.Found, int, int, bool) {
 	if !ok {
 		return nil, 0, 0, false
 	}
-	var found []dedup.Found
+	var found []driver.Found
 	for _, h := range hits {
 		for _, m := range h.markers() {
 			if h.adoptable(m) {
-				found = append(found, dedup.Found{Marker: m, ID: h.ID, PID: h.Pids.DOI.Identifier, Published: h.Published})
+				found = append(found, driver.Found{Marker: m, ID: h.ID, PID: h.Pids.DOI.Identifier, Published: h.Published})
 			}
 		}
 	}
 	return found, len(hits), total, true
 }
 
-// seedRows seeds a deposit found once: a published record settles every
+// SeedRows seeds a deposit found once: a published record settles every
 // step; a draft settles the draft step and leaves the later steps pending,
 // so that each looks before it is sent. Found twice or more, only the
 // draft step is left pending: its search reports the conflict.
-func (d invenioDriver) seedRows(k canonical.Keyed, steps []step, found []dedup.Found) []seedRow {
+func (d invenioDriver) SeedRows(k canonical.Keyed, steps []driver.Step, found []driver.Found) []driver.SeedRow {
 	if len(found) > 1 {
-		return []seedRow{{step: 0}}
+		return []driver.SeedRow{{Step: 0}}
 	}
 	f := found[0]
 	_, seeds, err := d.layout(k, "")
 	if err != nil || len(seeds) != len(steps) {
-		return []seedRow{{step: 0}}
+		return []driver.SeedRow{{Step: 0}}
 	}
-	rows := []seedRow{{step: 0, id: f.ID, done: true}}
+	rows := []driver.SeedRow{{Step: 0, ID: f.ID, Done: true}}
 	for i := 1; i < len(steps); i++ {
 		id := seeds[i]
 		if steps[i].Primary {
 			id = cmp.Or(f.PID, f.ID)
 		}
-		rows = append(rows, seedRow{step: i, id: id, done: f.Published})
+		rows = append(rows, driver.SeedRow{Step: i, ID: id, Done: f.Published})
 	}
 	return rows
 }
@@ -721,8 +756,8 @@ func invenioHits(body []byte) ([]invenioHit, int, bool) {
 
 // invenioVerdict classifies an answer per the protocol table, with
 // InvenioRDM's error body as the problem.
-func invenioVerdict(a answer) verdict {
-	v := verdict{Class: driver.Classify(a)}
+func invenioVerdict(a driver.Answer) driver.Verdict {
+	v := driver.Verdict{Class: driver.Classify(a)}
 	if a.Err == nil && a.Status >= 400 {
 		v.Problem = invenioProblem(a.Body)
 	}
@@ -732,7 +767,7 @@ func invenioVerdict(a answer) verdict {
 // invenioFileVerdict is invenioVerdict for a request to a draft that
 // exists: a 404 means that draft or file is gone (deleted by hand), which
 // fails this deposit and stops no other.
-func invenioFileVerdict(a answer) verdict {
+func invenioFileVerdict(a driver.Answer) driver.Verdict {
 	v := invenioVerdict(a)
 	if a.Err == nil && a.Status == http.StatusNotFound {
 		v.Class = driver.Terminal
@@ -759,7 +794,7 @@ func invenioProblem(body []byte) string {
 	for _, fe := range e.Errors {
 		parts = append(parts, fe.Field+": "+strings.Join(fe.Messages, " "))
 	}
-	return oneLine(strings.Join(parts, "; "))
+	return driver.OneLine(strings.Join(parts, "; "))
 }
 
 // stringMember is the string member name of a JSON object body, or "".
@@ -799,3 +834,14 @@ func (t *invenioTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	return resp, nil
 }
+
+// The driver's optional capabilities, checked when the package compiles:
+// the engine finds one by a type assertion, so a method misnamed would
+// silently turn it off.
+var (
+	_ driver.RateSetter       = invenioDriver{}
+	_ driver.TransportWrapper = invenioDriver{}
+	_ driver.RequestPacer     = invenioDriver{}
+	_ driver.Seeder           = invenioDriver{}
+	_ driver.FileMD5er        = invenioDriver{}
+)

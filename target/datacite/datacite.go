@@ -1,4 +1,7 @@
-package client
+// Package datacite provides the datacite target: DOIs minted with
+// DataCite's REST API, each named by a rule of its deposit's key ([DOI]),
+// so that a retry can only ever name the DOI the first attempt named.
+package datacite
 
 import (
 	"bytes"
@@ -13,9 +16,10 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/internal/record"
 )
 
-// DataCite mints DOIs with DataCite's REST API: POST {Endpoint}/dois with a
+// Target mints DOIs with DataCite's REST API: POST {Endpoint}/dois with a
 // JSON:API body whose attributes.doi is derived from the key (see [DOI]),
 // so a retry can only ever name the DOI the first attempt named. 201 is
 // created; 422 "This DOI has already been taken" and 409 mean the DOI
@@ -39,9 +43,9 @@ import (
 // with that event once the DOI exists, recorded in the store under a target
 // of its own, so a re-run sends it for DOIs created earlier but not yet
 // published, and never twice.
-type DataCite struct {
-	// Endpoint is DataCite's API root; default DataCiteTestEndpoint.
-	// Production (DataCiteEndpoint) only when named.
+type Target struct {
+	// Endpoint is DataCite's API root; default TestEndpoint.
+	// Production (Endpoint) only when named.
 	Endpoint string
 	// Prefix is the DOI prefix DOIs are minted under, such as 10.5072.
 	// Required. It is part of the store target: another prefix is another
@@ -55,16 +59,16 @@ type DataCite struct {
 
 // DataCite endpoints and rate.
 const (
-	// DataCiteTestEndpoint is DataCite's test system, the default
-	// DataCite.Endpoint. Its DOIs do not resolve.
-	DataCiteTestEndpoint = "https://api.test.datacite.org"
-	// DataCiteEndpoint is DataCite's production system; DOIs minted there
-	// are permanent. It is used only when named as DataCite.Endpoint.
-	DataCiteEndpoint = "https://api.datacite.org"
-	// DataCiteRate is the default Config.Rate of DataCite, in
+	// TestEndpoint is DataCite's test system, the default
+	// Target.Endpoint. Its DOIs do not resolve.
+	TestEndpoint = "https://api.test.datacite.org"
+	// Endpoint is DataCite's production system; DOIs minted there
+	// are permanent. It is used only when named as Target.Endpoint.
+	Endpoint = "https://api.datacite.org"
+	// Rate is the default Config.Rate of DataCite, in
 	// requests per second: the test system's published limit of 750
 	// requests per 5 minutes per IP address (production allows 3000).
-	DataCiteRate = 2.5
+	Rate = 2.5
 )
 
 // dataciteAltType is the alternateIdentifierType under which the key is
@@ -115,22 +119,23 @@ type dataciteDriver struct {
 	event    string // "", "publish" or "register"
 }
 
-func (t DataCite) Driver() (driver.Driver, error) {
+// Driver checks the options and returns the target's driver.
+func (t Target) Driver() (driver.Driver, error) {
 	raw := t.Endpoint
 	if strings.TrimSpace(raw) == "" {
-		raw = DataCiteTestEndpoint
+		raw = TestEndpoint
 	}
-	ep, err := normalizeEndpoint(raw)
+	ep, err := driver.Endpoint("datacite.Target.Endpoint", raw)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkDOIPrefix(t.Prefix); err != nil {
-		return nil, fmt.Errorf("%w: DataCite.Prefix: %w", ErrConfig, err)
+		return nil, fmt.Errorf("datacite.Target.Prefix: %w", err)
 	}
 	switch t.Event {
 	case "", "publish", "register":
 	default:
-		return nil, fmt.Errorf("%w: DataCite.Event %q: want publish, register or empty", ErrConfig, t.Event)
+		return nil, fmt.Errorf("datacite.Target.Event %q: want publish, register or empty", t.Event)
 	}
 	return dataciteDriver{endpoint: ep, prefix: strings.ToLower(t.Prefix), event: t.Event}, nil
 }
@@ -153,8 +158,8 @@ func (d dataciteDriver) StepTargets() []string {
 }
 
 func (d dataciteDriver) SecretFingerprint() string { return "" }
-func (d dataciteDriver) Guards(name string) bool   { return guardsConditional(name) }
-func (d dataciteDriver) DefaultRate() float64      { return DataCiteRate }
+func (d dataciteDriver) Guards(name string) bool   { return driver.Guarded(name) }
+func (d dataciteDriver) DefaultRate() float64      { return Rate }
 
 // url is {endpoint}/dois[/doi], the endpoint's query kept.
 func (d dataciteDriver) url(doi string) string {
@@ -172,7 +177,7 @@ func (d dataciteDriver) url(doi string) string {
 // Steps are the create and, with an event, the event. The create body is
 // built here, so a payload DataCite cannot take is invalid before any
 // intent is recorded.
-func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
+func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error) {
 	doi, err := DOI(d.prefix, k.Key)
 	if err != nil {
 		return nil, err
@@ -188,12 +193,12 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 		return h
 	}
 	doiURL := d.url(doi)
-	create := step{
+	create := driver.Step{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
-		Build: func([]string) (request, error) {
-			return request{Method: http.MethodPost, URL: d.url(""), Header: header(), Body: body}, nil
+		Build: func([]string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodPost, URL: d.url(""), Header: header(), Body: body}, nil
 		},
-		Judge: func(a answer) verdict {
+		Judge: func(a driver.Answer) driver.Verdict {
 			cls := driver.Classify(a)
 			if a.Err == nil {
 				switch {
@@ -208,24 +213,24 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]step, error) {
 					cls = driver.Conflict
 				}
 			}
-			return verdict{Class: cls, ID: doi}
+			return driver.Verdict{Class: cls, ID: doi}
 		},
 		// No pointers: a read-back names no identifier, so the DOI (the
 		// fallback) is the identifier, whatever the record says.
-		Check:    readBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
+		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
 		Fallback: doi,
 	}
-	steps := []step{create}
+	steps := []driver.Step{create}
 	if d.event != "" {
 		event := []byte(`{"data":{"type":"dois","attributes":{"event":"` + d.event + `"}}}`)
-		steps = append(steps, step{
+		steps = append(steps, driver.Step{
 			Label: d.event, Target: d.eventTarget(), Key: k.Key, Durable: true,
 			// Publishing a findable DOI again changes nothing.
 			Arbitrated: true,
-			Build: func([]string) (request, error) {
-				return request{Method: http.MethodPut, URL: doiURL, Header: header(), Body: event}, nil
+			Build: func([]string) (driver.Request, error) {
+				return driver.Request{Method: http.MethodPut, URL: doiURL, Header: header(), Body: event}, nil
 			},
-			Judge:    func(a answer) verdict { return verdict{Class: driver.Classify(a), ID: doi} },
+			Judge:    func(a driver.Answer) driver.Verdict { return driver.Verdict{Class: driver.Classify(a), ID: doi} },
 			Fallback: doi,
 		})
 	}
@@ -346,7 +351,7 @@ func doiTaken(body []byte) bool {
 // as a deposit-sha256 alternate identifier. A read-back cut short by the
 // engine's answer limit is searched as text for the quoted key next to the
 // identifier type (DataCite lists identifiers before the bulky metadata).
-func (d dataciteDriver) ours(key string, answer []byte) error {
+func (d dataciteDriver) ours(key string, body []byte) error {
 	var doc struct {
 		Data struct {
 			Attributes struct {
@@ -364,8 +369,8 @@ func (d dataciteDriver) ours(key string, answer []byte) error {
 	}
 	doi, _ := DOI(d.prefix, key)
 	foreign := fmt.Errorf("doi %s already exists and is not this deposit's: its metadata has no %s alternate identifier %s (another record holds the name this payload derives; it was not claimed)", doi, dataciteAltType, key)
-	if err := json.Unmarshal(answer, &doc); err != nil {
-		if bytes.Contains(answer, []byte(`"`+key+`"`)) && bytes.Contains(answer, []byte(`"`+dataciteAltType+`"`)) {
+	if err := json.Unmarshal(body, &doc); err != nil {
+		if bytes.Contains(body, []byte(`"`+key+`"`)) && bytes.Contains(body, []byte(`"`+dataciteAltType+`"`)) {
 			return nil
 		}
 		return foreign
@@ -382,3 +387,8 @@ func (d dataciteDriver) ours(key string, answer []byte) error {
 	}
 	return foreign
 }
+
+// The driver's optional capabilities, checked when the package compiles:
+// the engine finds one by a type assertion, so a method misnamed would
+// silently turn it off.
+var _ driver.RateSetter = dataciteDriver{}

@@ -1,0 +1,128 @@
+package driver
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Two spellings of one repository give one endpoint, so one store target;
+// the query stays, and no error shows a credential.
+func TestEndpointNormalisesWhatNamesTheSameResource(t *testing.T) {
+	for raw, want := range map[string]string{
+		"HTTP://Repo.Example:80/recs/":       "http://repo.example/recs",
+		"https://repo.example:443/a%7eb%2fc": "https://repo.example/a~b%2Fc",
+		"https://user:pw@repo.example/x#top": "https://repo.example/x",
+		" http://[::1]:8080/x?tok=%7e1 ":     "http://[::1]:8080/x?tok=~1",
+	} {
+		got, err := Endpoint("t.Endpoint", raw)
+		require.NoError(t, err, raw)
+		require.Equal(t, want, got, raw)
+	}
+	_, err := Endpoint("put.Target.Endpoint", "  ")
+	require.EqualError(t, err, "put.Target.Endpoint is required")
+	for _, raw := range []string{"ftp://repo.example/x?token=s3cret", "http:///x?token=s3cret", "http://%zz?token=s3cret"} {
+		_, err := Endpoint("t.Endpoint", raw)
+		require.Error(t, err, raw)
+		require.NotContains(t, err.Error(), "s3cret", raw)
+	}
+}
+
+func TestRedactURLDropsCredentialsQueryAndFragment(t *testing.T) {
+	require.Equal(t, "https://repo.example/recs/1", RedactURL("https://u:pw@repo.example/recs/1?access_token=t#f"))
+	require.Equal(t, "(unparsable url)", RedactURL("http://%zz"))
+}
+
+// The identifier rule: a pointer's string, else Location resolved against
+// the request URL without its credentials, else the record URL.
+func TestIdentifierFollowsTheRule(t *testing.T) {
+	ptrs := []string{"/id", "/identifier"}
+	require.Equal(t, "10.5072/x", Identifier([]byte(`{"identifier":"10.5072/x"}`), nil, ptrs, "http://r/recs", "http://r/recs/k"))
+	h := http.Header{"Location": {"/recs/7"}}
+	require.Equal(t, "http://r/recs/7", Identifier([]byte(`{}`), h, ptrs, "http://r/recs?access_token=t", "http://r/recs/k"))
+	require.Equal(t, "http://r/recs/k", Identifier(nil, nil, ptrs, "http://r/recs", "http://r/recs/k"))
+}
+
+func TestMissedPointerWarnsOnlyOfTheUsersOwnPointer(t *testing.T) {
+	require.Contains(t, MissedPointer("/doi", []byte(`{"id":"1"}`)), `"/doi" names no string`)
+	require.Empty(t, MissedPointer("", []byte(`{"id":"1"}`)), "no pointer chosen")
+	require.Empty(t, MissedPointer("/id", []byte(`{"id":"1"}`)), "the pointer names a string")
+	require.Empty(t, MissedPointer("/doi", []byte(`created`)), "not JSON")
+}
+
+func TestProblemSummarisesAnErrorBodyInOneLine(t *testing.T) {
+	jsonType := http.Header{"Content-Type": {"application/problem+json"}}
+	require.Equal(t, "Bad Request: the title is missing",
+		Problem(jsonType, []byte(`{"title":"Bad Request","detail":"the title is missing"}`)))
+	require.Equal(t, "/data/attributes/doi: This DOI has already been taken; titles: can't be blank",
+		Problem(jsonType, []byte(`{"errors":[{"source":{"pointer":"/data/attributes/doi"},"title":"This DOI has already been taken"},{"source":"titles","title":"can't be blank"}]}`)))
+	require.Equal(t, "first line", Problem(nil, []byte("  first   line\nsecond")))
+	require.Empty(t, Problem(nil, nil))
+	long := Problem(nil, []byte(strings.Repeat("é", 200)))
+	require.True(t, strings.HasSuffix(long, "..."), long)
+	require.LessOrEqual(t, len(long), 303)
+}
+
+func TestPointersAreTheUsersElseTheDefaults(t *testing.T) {
+	got, err := Pointers("", "/id", "/identifier")
+	require.NoError(t, err)
+	require.Equal(t, []string{"/id", "/identifier"}, got)
+	got, err = Pointers("/data/doi", "/id")
+	require.NoError(t, err)
+	require.Equal(t, []string{"/data/doi"}, got)
+	_, err = Pointers("doi", "/id")
+	require.ErrorContains(t, err, `IDPointer "doi"`)
+}
+
+// The Idempotency-Key is the same bytes for the same inputs, and another
+// for another target, key or secret; a secret is never shown.
+func TestIdempotencyKeyIsStableAndSecretShaped(t *testing.T) {
+	k := IdempotencyKey("http://r/jobs", "abc", nil)
+	require.Equal(t, k, IdempotencyKey("http://r/jobs", "abc", nil))
+	require.Regexp(t, `^"[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`, k)
+	require.NotEqual(t, k, IdempotencyKey("http://r/jobs", "abd", nil))
+	require.NotEqual(t, k, IdempotencyKey("http://r/other", "abc", nil))
+	require.NotEqual(t, k, IdempotencyKey("http://r/jobs", "abc", []byte("s3cret")))
+	fp := SecretFingerprint([]byte("s3cret"))
+	require.Len(t, fp, 16)
+	require.Equal(t, fp, SecretFingerprint([]byte("s3cret")))
+	require.NotEqual(t, fp, SecretFingerprint([]byte("other")))
+	require.NotContains(t, fp, "s3cret")
+	require.Empty(t, SecretFingerprint(nil))
+}
+
+func TestDatasetFilesReadsTheFileList(t *testing.T) {
+	files, err := DatasetFiles([]byte(`{"dataset":[{"path":"a/b.csv","sha256":"00ff","size":3}],"metadata":{}}`))
+	require.NoError(t, err)
+	require.Equal(t, []DatasetFile{{Path: "a/b.csv", SHA256: "00ff", Size: 3}}, files)
+	for _, doc := range []string{`{"dataset":[]}`, `{"title":"x"}`, `[1]`} {
+		_, err := DatasetFiles([]byte(doc))
+		require.Error(t, err, doc)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(path, []byte("abc"), 0o600))
+	fh, err := os.Open(path)
+	require.NoError(t, err)
+	defer fh.Close()
+	require.Equal(t, 3, SizedFile{File: fh, Size: 3}.Len())
+}
+
+func TestJSONKindNamesTheValue(t *testing.T) {
+	for body, want := range map[string]string{
+		`{}`: "an object", `[]`: "an array", `"s"`: "a string", `1`: "a number",
+		`true`: "true", `false`: "false", `null`: "null", ``: "nothing",
+	} {
+		require.Equal(t, want, JSONKind([]byte(body)), body)
+	}
+}
+
+func TestGuardedReservesTheConditionalHeaders(t *testing.T) {
+	for _, name := range []string{"if-none-match", "If-Match", "IDEMPOTENCY-KEY"} {
+		require.True(t, Guarded(name), name)
+	}
+	require.False(t, Guarded("Authorization"))
+}

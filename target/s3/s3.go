@@ -1,0 +1,225 @@
+// Package s3 provides the s3 target: a bucket of an S3-compatible store,
+// written with conditional PutObject requests signed with AWS Signature
+// V4. It stores what it is given and mints nothing: a record's identifier
+// is its object URL, and nothing is read back.
+package s3
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"io"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
+	"github.com/depositkit/deposit/internal/credential"
+	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/target/internal/record"
+)
+
+// Target is a bucket of an S3-compatible store: PutObject with If-None-Match: *
+// to {Endpoint}/{key}, path style, signed with AWS Signature V4. 412 means
+// the object exists; the identifier is the object URL. A dataset stores each
+// file as the object {key}/{P}, then the dataset document as {key}.json,
+// written last as the dataset's commit marker and its identifier.
+type Target struct {
+	// Endpoint is the bucket URL, path style: https://host/bucket. Required.
+	Endpoint string
+	// AWS holds the credentials every request is signed with. Required: the
+	// client never reads the environment.
+	AWS Credentials
+}
+
+type s3Driver struct {
+	endpoint string
+	creds    Credentials
+}
+
+// Driver checks the options and returns the target's driver.
+func (t Target) Driver() (driver.Driver, error) {
+	ep, err := driver.Endpoint("s3.Target.Endpoint", t.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if t.AWS.AccessKeyID == "" || t.AWS.SecretAccessKey == "" {
+		return nil, errors.New("s3.Target.AWS needs an access key id and a secret access key")
+	}
+	return s3Driver{endpoint: ep, creds: t.AWS}, nil
+}
+
+func (d s3Driver) Name() string              { return driver.TargetName(protocol.S3, d.endpoint) }
+func (d s3Driver) StepTargets() []string     { return nil }
+func (d s3Driver) SecretFingerprint() string { return "" }
+
+// Guards covers the signature too: Authorization and every X-Amz- header
+// are the signer's.
+func (d s3Driver) Guards(name string) bool {
+	name = textproto.CanonicalMIMEHeaderKey(name)
+	return driver.Guarded(name) || name == "Authorization" || strings.HasPrefix(name, "X-Amz-")
+}
+
+func (d s3Driver) WrapTransport(next http.RoundTripper) http.RoundTripper {
+	return newSigningTransport(next, d.creds)
+}
+
+// objectURL is the URL of object name in the bucket, its path escaped the
+// way the signature canonicalises it.
+func (d s3Driver) objectURL(name string) string {
+	base, query, found := strings.Cut(d.endpoint, "?")
+	u := base + "/" + awsEscapePath(name)
+	if found {
+		u += "?" + query
+	}
+	return u
+}
+
+// Steps is one PutObject of the payload, or for a dataset one per file and
+// then the document, under {key}.json.
+func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
+	var steps []driver.Step
+	name := k.Key
+	if dir != "" {
+		files, err := driver.DatasetFiles(k.Body)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			steps = append(steps, d.fileStep(k.Key, dir, f))
+		}
+		name = k.Key + ".json"
+	}
+	url := d.objectURL(name)
+	sum := sha256.Sum256(k.Body)
+	return append(steps, driver.Step{
+		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, Arbitrated: true,
+		Build: func([]string) (driver.Request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/json")
+			h.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
+			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Body: k.Body}, nil
+		},
+		Judge:    judgeS3,
+		Fallback: credential.Strip(driver.RecordURL(d.endpoint, name)),
+	}), nil
+}
+
+// fileStep streams one file of a dataset to the object {key}/{P} with
+// If-None-Match: *. The payload hash signed is the digest the key was
+// computed from, so a file changed since then is refused by the server (400
+// XAmzContentSHA256Mismatch) rather than stored under a key that does not
+// describe it. An object that exists already (412) was written by an
+// earlier attempt at this dataset: its name holds the content key. The step
+// is not durable: S3 arbitrates a re-send, and the document written last
+// says the dataset is complete.
+func (d s3Driver) fileStep(key, dir string, f driver.DatasetFile) driver.Step {
+	url := d.objectURL(key + "/" + f.Path)
+	file := filepath.Join(dir, filepath.FromSlash(f.Path))
+	return driver.Step{
+		Label: "file " + strconv.Quote(f.Path), Arbitrated: true,
+		Build: func([]string) (driver.Request, error) {
+			h := http.Header{}
+			h.Set("If-None-Match", "*")
+			h.Set("Content-Type", "application/octet-stream")
+			h.Set("X-Amz-Content-Sha256", f.SHA256)
+			open := func() (io.Reader, error) {
+				fh, err := os.Open(file)
+				if err != nil {
+					return nil, err
+				}
+				return driver.SizedFile{File: fh, Size: f.Size}, nil
+			}
+			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open}, nil
+		},
+		Judge: judgeS3,
+	}
+}
+
+// s3StopCodes are S3 error codes that concern every request of the run
+// (credentials, signature, clock, region), whatever their status.
+var s3StopCodes = map[string]bool{
+	"AccessDenied":                 true,
+	"AllAccessDisabled":            true,
+	"AuthorizationHeaderMalformed": true,
+	"ExpiredToken":                 true,
+	"InvalidAccessKeyId":           true,
+	"InvalidBucketName":            true,
+	"InvalidBucketState":           true,
+	"InvalidRequest":               true,
+	"InvalidToken":                 true,
+	"MissingSecurityHeader":        true,
+	"NoSuchBucket":                 true,
+	"PermanentRedirect":            true,
+	"RequestTimeTooSkewed":         true,
+	"SignatureDoesNotMatch":        true,
+	"TokenRefreshRequired":         true,
+}
+
+// judgeS3 judges an answer to a PutObject. S3 answers a successful
+// PutObject with 200, so a 200 confirms it and hints at nothing.
+func judgeS3(a driver.Answer) driver.Verdict {
+	if a.Err != nil {
+		return driver.Verdict{Class: driver.Classify(a)}
+	}
+	switch s := a.Status; {
+	case s == http.StatusPreconditionFailed:
+		return driver.Verdict{Class: driver.Exists}
+	case s < 300:
+		return driver.Verdict{Class: driver.Classify(a)}
+	case s < 400:
+		// S3 redirects (PermanentRedirect, TemporaryRedirect) name another
+		// region or endpoint: the bucket URL is wrong.
+		_, problem := s3Problem(a.Body)
+		return driver.Verdict{Class: driver.Stop, Problem: problem}
+	}
+	code, problem := s3Problem(a.Body)
+	v := driver.Verdict{Class: driver.Classify(a), Problem: problem}
+	switch {
+	case code == "ConditionalRequestConflict" || code == "OperationAborted":
+		// A concurrent write of the same key is in progress; its outcome
+		// decides ours, so ask again.
+		v.Class = driver.Retry
+	case code == "SlowDown" || code == "RequestTimeout":
+		v.Class = driver.Retry
+	case s3StopCodes[code]:
+		v.Class = driver.Stop
+	}
+	return v
+}
+
+// s3Problem reads an S3 error document: its code, and "Code: Message" as
+// the problem detail ("" when the body is not one).
+func s3Problem(body []byte) (code, problem string) {
+	var e struct {
+		Code    string `xml:"Code"`
+		Message string `xml:"Message"`
+	}
+	if xml.Unmarshal(body, &e) != nil || e.Code == "" {
+		return "", ""
+	}
+	problem = e.Code
+	if e.Message != "" {
+		problem += ": " + e.Message
+	}
+	return e.Code, driver.OneLine(problem)
+}
+
+// ProbeRemoval removes a probe object (driver.Prober).
+func (d s3Driver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
+	return record.Delete(created)
+}
+
+// The driver's optional capabilities, checked when the package compiles:
+// the engine finds one by a type assertion, so a method misnamed would
+// silently turn it off.
+var (
+	_ driver.TransportWrapper = s3Driver{}
+	_ driver.Prober           = s3Driver{}
+)
