@@ -47,6 +47,10 @@ type DataverseConfig struct {
 	// IndexLag is how long a write takes to show in search: search sees
 	// each dataset as it was IndexLag after its last write.
 	IndexLag time.Duration
+	// Unindexed is the share, in [0,1], of datasets search never shows,
+	// as when Dataverse's index of a dataset fails (it only logs it);
+	// which ones is drawn from Seed and the dataset's id.
+	Unindexed float64
 	// Limit, when set, is the number of times each command (create, add,
 	// publish) may run per Window: an hourly token bucket per command, as
 	// Dataverse 6.x rate limits each user and command.
@@ -227,6 +231,8 @@ type dvDataset struct {
 	otherIDs   []string
 	files      []*dvFile
 	created    time.Time
+	// versionCreated is when the latest version was created.
+	versionCreated time.Time
 
 	released      bool // a version was released
 	draft         bool // the latest version is a draft
@@ -237,6 +243,7 @@ type dvDataset struct {
 	indexed   *dvHit
 	pending   *dvHit
 	pendingAt time.Time
+	unindexed bool // search never shows it (Config.Unindexed)
 }
 
 type dvFile struct {
@@ -271,6 +278,9 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 	faults, err := ParseFaults(cfg.Faults)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Unindexed < 0 || cfg.Unindexed > 1 {
+		return nil, fmt.Errorf("%w: Unindexed is a share, in [0,1]", ErrConfig)
 	}
 	if cfg.Latency < 0 || cfg.IndexLag < 0 || cfg.PublishLag < 0 || cfg.IngestLag < 0 || cfg.Window < 0 || cfg.Limit < 0 {
 		return nil, fmt.Errorf("%w: durations and limits must not be negative", ErrConfig)
@@ -563,6 +573,8 @@ func (dv *Dataverse) newDataset(c citation) *dvDataset {
 		delete(version, k)
 	}
 	ds := &dvDataset{id: dv.nextID, identifier: dv.newIdentifier(), version: version, otherIDs: c.otherIDs, created: dv.now(), draft: true}
+	ds.versionCreated = ds.created
+	ds.unindexed = dv.draw("unindexed", ds.id) < dv.cfg.Unindexed
 	dv.nextID++
 	for _, v := range c.otherIDs {
 		if dv.markers[v] {
@@ -599,6 +611,15 @@ func (dv *Dataverse) newIdentifier() string {
 			return ident
 		}
 	}
+}
+
+// draw is a number in [0,1) drawn from the seed, what and n.
+func (dv *Dataverse) draw(what string, n int64) float64 {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(dv.cfg.Seed))
+	binary.BigEndian.PutUint64(b[8:], uint64(n))
+	sum := sha256.Sum256(append(b[:], what...))
+	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }
 
 // pid is the dataset's persistent identifier, "doi:AUTHORITY/FK2/X". It
@@ -789,6 +810,9 @@ func (dv *Dataverse) addFile(ds *dvDataset, req addRequest, now time.Time) (*dvF
 		}
 	}
 	ds.files = append(ds.files, f)
+	if !ds.draft {
+		ds.versionCreated = now // a new draft after a release
+	}
 	ds.draft = true
 	dv.stats.Files++
 	dv.reindex(ds, now)
@@ -1047,6 +1071,8 @@ func (dv *Dataverse) datasetDoc(ds *dvDataset, now time.Time, withVersion bool) 
 		v := maps.Clone(ds.version)
 		v["versionState"], v["versionNumber"], v["versionMinorNumber"] = ds.state(), ds.major, ds.minor
 		v["datasetId"], v["datasetPersistentId"] = ds.id, dv.pid(ds)
+		// JsonPrinter's format: whole seconds, UTC.
+		v["createTime"] = ds.versionCreated.UTC().Format("2006-01-02T15:04:05Z")
 		d["latestVersion"] = v
 	}
 	return d
@@ -1085,6 +1111,9 @@ func (dv *Dataverse) contents(w http.ResponseWriter, r *http.Request, alias stri
 // reindex queues what search will show of ds IndexLag after at. dv.mu is
 // held.
 func (dv *Dataverse) reindex(ds *dvDataset, at time.Time) {
+	if ds.unindexed {
+		return
+	}
 	h := &dvHit{released: ds.released, words: map[string]bool{}}
 	h.title = wordList(fieldString(ds.version, "title"))
 	for _, v := range ds.otherIDs {
