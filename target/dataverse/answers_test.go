@@ -63,7 +63,7 @@ func TestAnswersAreClassifiedByTheirMessage(t *testing.T) {
 		contains string
 	}{
 		{name: "a missing required field fails the deposit", target: dataverse.Target{Token: token},
-			payload: `{"datasetVersion":{"metadataBlocks":{"citation":{"fields":[{"typeName":"title","multiple":false,"typeClass":"primitive","value":"T"}]}}}}`,
+			payload:  `{"datasetVersion":{"metadataBlocks":{"citation":{"fields":[{"typeName":"title","multiple":false,"typeClass":"primitive","value":"T"}]}}}}`,
 			contains: "invalid metadata: Validation Failed: Author is required"},
 		{name: "a subject outside the vocabulary fails the deposit", target: dataverse.Target{Token: token},
 			payload:  strings.Replace(string(metadata("Subject")), `["Other"]`, `["Birds"]`, 1),
