@@ -2,6 +2,8 @@ package dataverse_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +28,16 @@ import (
 // target t on the fixture's store, configured further by with.
 func (f *fixture) deposit(t dataverse.Target, title string, files []string, with ...func(*client.Config)) (client.Result, error) {
 	f.t.Helper()
+	res, err := f.tryDeposit(t, title, files, with...)
+	require.NotErrorIs(f.t, err, errSetUp)
+	return res, err
+}
+
+// errSetUp marks an error of tryDeposit's own set-up.
+var errSetUp = errors.New("set-up")
+
+// tryDeposit is deposit for any goroutine: it requires nothing.
+func (f *fixture) tryDeposit(t dataverse.Target, title string, files []string, with ...func(*client.Config)) (client.Result, error) {
 	if t.Endpoint == "" {
 		t.Endpoint = f.srv.URL
 	}
@@ -36,14 +48,18 @@ func (f *fixture) deposit(t dataverse.Target, title string, files []string, with
 		t.SettleTime = time.Millisecond
 	}
 	store, err := dedup.Open(f.db)
-	require.NoError(f.t, err)
+	if err != nil {
+		return client.Result{}, fmt.Errorf("%w: %w", errSetUp, err)
+	}
 	defer store.Close()
 	cfg := client.Config{Target: t, Store: store, Retry: fastRetry, Rate: -1}
 	for _, w := range with {
 		w(&cfg)
 	}
 	c, err := client.New(cfg)
-	require.NoError(f.t, err)
+	if err != nil {
+		return client.Result{}, fmt.Errorf("%w: %w", errSetUp, err)
+	}
 	if len(files) == 0 {
 		return c.Deposit(f.t.Context(), metadata(title))
 	}
