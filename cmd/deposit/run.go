@@ -52,6 +52,9 @@ type runOptions struct {
 	noPublish     bool
 	settle        time.Duration
 	searchRate    rateFlag
+	collection    string
+	ingest        bool
+	lockWait      time.Duration
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
@@ -151,7 +154,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	c := newCommand("run", "deposit run --endpoint URL [flags] FILE|-", runAbout, runNotes)
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
-	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs) or invenio (InvenioRDM, Zenodo; endpoint: the API root)")
+	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs), invenio (InvenioRDM, Zenodo; endpoint: the API root) or dataverse (endpoint: the installation's root)")
 	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see docs/design.md)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
@@ -174,7 +177,10 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", client.InvenioSearchRate))
-	fs.DurationVar(&o.settle, "settle", 0, "invenio: how long the search index may lag before a draft not found is trusted absent (default 5s)")
+	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse: how long the search index may lag before a draft not found is trusted absent (default 5s; dataverse 3s)")
+	fs.StringVar(&o.collection, "collection", "", "dataverse: the `ALIAS` of the collection datasets are created in (required under dataverse)")
+	fs.BoolVar(&o.ingest, "ingest", false, "dataverse: let Dataverse ingest tabular files (renamed .tab); off by default")
+	fs.DurationVar(&o.lockWait, "lock-wait", 0, "dataverse: how long a run waits for a dataset's lock (a publication finishing) before leaving it unresolved as stuck (default 10m)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code
@@ -270,7 +276,8 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate()}, s.getenv)
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
+		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}

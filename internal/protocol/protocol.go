@@ -19,6 +19,7 @@ const (
 	CouchDB        = "couchdb"
 	DataCite       = "datacite"
 	Invenio        = "invenio"
+	Dataverse      = "dataverse"
 )
 
 // RecheckSuffix ends the protocol part of a store target whose rows are
@@ -61,7 +62,9 @@ func Step(target string) (proto, step, rest string) {
 }
 
 // Names returns every protocol name, in the order help texts give them.
-func Names() []string { return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio} }
+func Names() []string {
+	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse}
+}
 
 // Parse returns the protocol named s; "" is Put.
 func Parse(s string) (string, error) {
