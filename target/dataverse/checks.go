@@ -17,7 +17,7 @@ import (
 // clockSlack is how much older than the look a dataset may seem and still
 // be read: the look's Date header and a version's createTime come from
 // the server's clocks, in whole seconds.
-const clockSlack = 2 * time.Second
+const clockSlack = time.Second
 
 // searchItem is the part of a search hit the checks read.
 type searchItem struct {
