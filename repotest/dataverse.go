@@ -161,13 +161,16 @@ type DataverseFile struct {
 //     opens a new draft.
 //   - GET /api/datasets/{id}/locks lists the locks, [] when there are
 //     none; GET /api/datasets/{id} answers the dataset with latestVersion
-//     (versionState, versionNumber, versionMinorNumber, metadataBlocks).
+//     (versionState, versionNumber, versionMinorNumber, createTime in whole
+//     seconds as JsonPrinter prints it, metadataBlocks).
 //   - GET /api/search?q=&type=dataset&subtree=&start=&per_page= answers
 //     {"data":{"q","total_count","start","items":[...],"count_in_response"}}
 //     from an index that sees each dataset as it was IndexLag after its
 //     last write, while versionState and the metadataBlocks of
 //     metadata_fields come from the current row, as Dataverse builds a
-//     hit. q is "*", otherIdValue:"VALUE", title:"VALUE" (phrase queries
+//     hit. With Unindexed, a share of the datasets is never indexed, as
+//     when Dataverse's indexing of a dataset fails and is only logged. q
+//     is "*", otherIdValue:"VALUE", title:"VALUE" (phrase queries
 //     on tokenised text: a hit's value may be longer than VALUE), or
 //     words that must all appear. A guest sees released datasets only.
 //   - GET /api/dataverses/{alias}/contents lists the collection's datasets
