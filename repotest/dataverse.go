@@ -172,7 +172,9 @@ type DataverseFile struct {
 //     when Dataverse's indexing of a dataset fails and is only logged. q
 //     is "*", otherIdValue:"VALUE", title:"VALUE" (phrase queries
 //     on tokenised text: a hit's value may be longer than VALUE), or
-//     words that must all appear. A guest sees released datasets only.
+//     words that must all appear; sort=date (by creation) or sort=name,
+//     with order=asc or desc, orders the hits, which are otherwise in
+//     creation order. A guest sees released datasets only.
 //   - GET /api/dataverses/{alias}/contents lists the collection's datasets
 //     from the database at once: unpaged, without metadata.
 //   - A wrong token is a 401 "Bad API key". The guest's create is a 401
@@ -1200,6 +1202,7 @@ func (dv *Dataverse) search(w http.ResponseWriter, r *http.Request, user bool) {
 		}
 		hits = append(hits, ds)
 	}
+	sortHits(hits, query.Get("sort"), query.Get("order"))
 	total := len(hits)
 	from := min(start, total)
 	items := make([]any, 0, min(perPage, total-from))
@@ -1212,6 +1215,27 @@ func (dv *Dataverse) search(w http.ResponseWriter, r *http.Request, user bool) {
 		"items": items, "count_in_response": len(items),
 	})
 	dv.finish(w, r, ft, http.StatusOK, out)
+}
+
+// sortHits orders hits as sort=date or sort=name asks (order asc or
+// desc); any other sort leaves them in creation order, as an unranked
+// index would.
+func sortHits(hits []*dvDataset, by, order string) {
+	var cmp func(a, b *dvDataset) int
+	switch by {
+	case "date":
+		cmp = func(a, b *dvDataset) int { return a.created.Compare(b.created) }
+	case "name":
+		cmp = func(a, b *dvDataset) int {
+			return strings.Compare(fieldString(a.version, "title"), fieldString(b.version, "title"))
+		}
+	default:
+		return
+	}
+	slices.SortStableFunc(hits, cmp)
+	if order == "desc" {
+		slices.Reverse(hits)
+	}
 }
 
 // searchItem is one dataset hit, built from the current row. dv.mu is held.

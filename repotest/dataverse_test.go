@@ -357,6 +357,17 @@ func TestDataverseSearchNeverShowsTheUnindexedShare(t *testing.T) {
 	require.Less(t, shown, n, "some never indexed")
 	require.Len(t, dvGet(t, s, "/api/dataverses/root/contents").([]any), n, "the listing shows every one")
 
+	newest := dvGet(t, s, "/api/search?q=*&type=dataset&sort=date&order=desc&per_page=1&show_entity_ids=true").(map[string]any)
+	items := newest["items"].([]any)
+	require.Len(t, items, 1)
+	all := s.Datasets()
+	for i := len(all) - 1; i >= 0; i-- {
+		if data := dvGet(t, s, "/api/search?type=dataset&q="+url.QueryEscape(`otherIdValue:"`+all[i].OtherIDs[0]+`"`)).(map[string]any); data["total_count"].(float64) > 0 {
+			require.Equal(t, all[i].PersistentID, items[0].(map[string]any)["global_id"], "sort=date&order=desc: the newest indexed first")
+			break
+		}
+	}
+
 	ds := dvGet(t, s, "/api/datasets/1").(map[string]any)
 	created := ds["latestVersion"].(map[string]any)["createTime"].(string)
 	require.Equal(t, clk.now().Add(-time.Hour).UTC().Format("2006-01-02T15:04:05Z"), created)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -283,7 +284,7 @@ func TestAChecksBoundLeavesTheDepositUnresolved(t *testing.T) {
 	})
 	_, err := f.deposit(dataverse.Target{Endpoint: ep, Token: token, ListBound: 2}, "Busy", nil)
 	require.ErrorIs(t, err, client.ErrUnresolved)
-	require.ErrorContains(t, err, "nor in the 2 newest datasets of collection root")
+	require.ErrorContains(t, err, "of which 2 search does not show were read")
 	require.Equal(t, int64(3), f.srv.Stats().Datasets, "not sent again")
 
 	// With a bound that reaches it, the next run finds it.
@@ -291,4 +292,35 @@ func TestAChecksBoundLeavesTheDepositUnresolved(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, f.srv.Datasets()[0].PersistentID, res.Identifier)
 	require.Equal(t, int64(3), f.srv.Stats().Datasets)
+}
+
+// A create refused with a 500 before it took effect is proven absent
+// without a read per dataset: one page of the newest datasets search shows
+// (each with its otherId, read from the database) covers those created
+// about when it was tried, whatever the bound on datasets read one by
+// one; then it is sent again, once.
+func TestAnAbsentCreateIsProvenByOnePageOfSearch(t *testing.T) {
+	f := newFixture(t, repotest.DataverseConfig{Faults: "nth=1:500"})
+	for i := range 5 {
+		_, err := f.deposit(dataverse.Target{Token: token}, fmt.Sprint("Other ", i), nil)
+		require.NoError(t, err) // each refused once, then found absent
+	}
+	var mu sync.Mutex
+	reads := 0
+	ep := proxy(t, f.srv.URL, func(w http.ResponseWriter, r *http.Request) bool {
+		id, one := strings.CutPrefix(r.URL.Path, "/api/datasets/")
+		if _, err := strconv.Atoi(id); one && err == nil && r.Method == http.MethodGet {
+			mu.Lock()
+			reads++
+			mu.Unlock()
+		}
+		return false
+	})
+	res, err := f.deposit(dataverse.Target{Endpoint: ep, Token: token, ListBound: 1}, "Refused", nil)
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeCreated, res.Outcome)
+	f.published(6)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, reads, "no dataset read one by one")
 }

@@ -148,28 +148,100 @@ func (d *dv) contentsCheck(marker string, since time.Time) *driver.Check {
 			}
 			// Identifiers grow with creation: newest first.
 			slices.SortFunc(ids, func(x, y int64) int { return cmp.Compare(y, x) })
-			return d.readNewest(marker, since, ids, 0)
+			if len(ids) == 0 {
+				return driver.Finding{Kind: driver.Absent}
+			}
+			return driver.Finding{Kind: driver.Absent, Then: d.pageCheck(marker, since, ids)}
 		},
 	}
 }
 
-// readNewest reads ids[0]: the marker's dataset, else the next one, until
-// a dataset older than since; read is how many were read before.
-func (d *dv) readNewest(marker string, since time.Time, ids []int64, read int) driver.Finding {
-	if len(ids) == 0 {
-		return driver.Finding{Kind: driver.Absent}
+// pageSize is how many of the newest datasets one search page shows.
+const pageSize = 1000
+
+// pageHit is what a page of the newest indexed datasets says of one.
+type pageHit struct {
+	pid     string
+	marked  bool
+	created time.Time
+}
+
+// pageCheck reads a page of the newest datasets search shows, each with
+// its otherId (read from the database) and creation time: one request
+// settles what would take a read per dataset. The datasets the page does
+// not show (not indexed yet, or never) are read one by one.
+func (d *dv) pageCheck(marker string, since time.Time, ids []int64) *driver.Check {
+	return &driver.Check{
+		Build: func([]string) (driver.Request, error) {
+			return d.get(d.api("search", url.Values{
+				"q": {"*"}, "type": {"dataset"}, "subtree": {d.alias}, "sort": {"date"}, "order": {"desc"},
+				"per_page": {strconv.Itoa(pageSize)}, "metadata_fields": {"citation:otherId"}, "show_entity_ids": {"true"},
+			})), nil
+		},
+		Judge: func(a driver.Answer) driver.Finding {
+			if a.Err != nil || a.Status != http.StatusOK {
+				return unknown(a)
+			}
+			var page struct {
+				Data *struct {
+					Items []struct {
+						searchItem
+						EntityID  int64  `json:"entity_id"`
+						CreatedAt string `json:"createdAt"`
+					} `json:"items"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(a.Body, &page) != nil || page.Data == nil {
+				return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the search answer is not a page of hits"}
+			}
+			shown := map[int64]pageHit{}
+			for _, it := range page.Data.Items {
+				created, err := time.Parse(time.RFC3339, it.CreatedAt)
+				if err != nil {
+					created = farFuture
+				}
+				shown[it.EntityID] = pageHit{pid: it.GlobalID, marked: hasMarker(it.MetadataBlocks.Citation.Fields, marker), created: created}
+			}
+			return d.walk(marker, since, ids, shown, 0)
+		},
 	}
+}
+
+// farFuture stands for a time an answer does not give: no dataset is
+// taken as older than the look for want of it.
+var farFuture = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// walk goes through ids, newest first, until the marker's dataset or one
+// older than since: a dataset the page showed is judged from it, any
+// other is read (read counts those, within the bound).
+func (d *dv) walk(marker string, since time.Time, ids []int64, shown map[int64]pageHit, read int) driver.Finding {
+	for ; len(ids) > 0; ids = ids[1:] {
+		h, ok := shown[ids[0]]
+		switch {
+		case !ok:
+			return d.readOne(marker, since, ids, shown, read)
+		case h.marked:
+			return driver.Finding{Kind: driver.Present, ID: h.pid}
+		case h.created.Before(since):
+			return driver.Finding{Kind: driver.Absent} // older than the look: none after can be ours
+		}
+	}
+	return driver.Finding{Kind: driver.Absent}
+}
+
+// readOne reads ids[0], which the page did not show, then walks on.
+func (d *dv) readOne(marker string, since time.Time, ids []int64, shown map[int64]pageHit, read int) driver.Finding {
 	if read >= d.bound {
 		return driver.Finding{Kind: driver.Unknown, Class: driver.Terminal, Problem: fmt.Sprintf(
-			"the marker %s was not found by search, nor in the %d newest datasets of collection %s, and more were created since this deposit was tried: look for it by hand, or raise the list bound (Target.ListBound)",
-			marker, read, d.alias)}
+			"the marker %s was not found by search, nor in the datasets of collection %s created since this deposit was tried, of which %d search does not show were read: look for it by hand, or raise the list bound (Target.ListBound)",
+			marker, d.alias, read)}
 	}
 	id := strconv.FormatInt(ids[0], 10)
 	return driver.Finding{Kind: driver.Absent, Then: &driver.Check{
 		Build: func([]string) (driver.Request, error) { return d.get(d.api("datasets/"+id, nil)), nil },
 		Judge: func(a driver.Answer) driver.Finding {
 			if a.Err == nil && a.Status == http.StatusNotFound {
-				return d.readNewest(marker, since, ids[1:], read+1) // deleted since the listing
+				return d.walk(marker, since, ids[1:], shown, read+1) // deleted since the listing
 			}
 			if a.Err != nil || a.Status != http.StatusOK {
 				return unknown(a)
@@ -181,9 +253,9 @@ func (d *dv) readNewest(marker string, since time.Time, ids []int64, read int) d
 			case hasMarker(ds.Data.LatestVersion.MetadataBlocks.Citation.Fields, marker):
 				return driver.Finding{Kind: driver.Present, ID: ds.pid()}
 			case ds.created().Before(since):
-				return driver.Finding{Kind: driver.Absent} // older than the look: none after can be ours
+				return driver.Finding{Kind: driver.Absent}
 			}
-			return d.readNewest(marker, since, ids[1:], read+1)
+			return d.walk(marker, since, ids[1:], shown, read+1)
 		},
 	}}
 }
@@ -226,7 +298,7 @@ func (ds datasetAnswer) pid() string {
 func (ds datasetAnswer) created() time.Time {
 	t, err := time.Parse(time.RFC3339, ds.Data.LatestVersion.CreateTime)
 	if err != nil {
-		return time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+		return farFuture
 	}
 	return t
 }
