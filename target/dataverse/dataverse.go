@@ -270,7 +270,7 @@ func duplicates(marker string, pids []string) string {
 // createStep creates the dataset; it is settled by a look that found it.
 func (d *dv) createStep(key, marker string, body []byte) driver.Step {
 	return driver.Step{
-		Label: "dataset", Target: d.target("dataset"), Key: key, Durable: true, RecordID: true,
+		Label: "dataset", Target: d.target("dataset"), Key: key, Durable: true,
 		Settled: func(prior []string) (string, bool) {
 			pid, found := strings.CutPrefix(prior[0], foundPrefix)
 			return pid, found
