@@ -111,7 +111,8 @@ invalid, unresolved (run again).`
 const runNotes = `Environment:
   DEPOSIT_ENDPOINT       used when --endpoint is not given
   DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it);
-                         under --protocol invenio a bare token is sent as Bearer
+                         under --protocol invenio a bare token is sent as Bearer;
+                         under dataverse it is the API token (X-Dataverse-key)
   DEPOSIT_KEY_SECRET     makes Idempotency-Key values (invenio: markers) an HMAC
                          under this secret
   DATACITE_REPOSITORY_ID, DATACITE_PASSWORD

@@ -324,3 +324,30 @@ func TestAnAbsentCreateIsProvenByOnePageOfSearch(t *testing.T) {
 	defer mu.Unlock()
 	require.Zero(t, reads, "no dataset read one by one")
 }
+
+// An add refused by a lock (400 "Failed to add file to dataset.", as
+// Dataverse answers an add while a lock other than Ingest is held) is
+// waited for and sent again: the file is added once.
+func TestAnAddRefusedByALockIsSentAgainOnce(t *testing.T) {
+	f := newFixture(t, repotest.DataverseConfig{})
+	files := []string{f.file("a.txt", "alpha")}
+	var mu sync.Mutex
+	refused := 0
+	ep := proxy(t, f.srv.URL, func(w http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.HasSuffix(r.URL.Path, "/add") || refused > 0 {
+			return false
+		}
+		refused++
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"status":"ERROR","message":"Failed to add file to dataset."}`)
+		return true
+	})
+	_, err := f.deposit(dataverse.Target{Endpoint: ep, Token: token}, "Locked add", files)
+	require.NoError(t, err)
+	f.published(1, files...)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, refused)
+}
