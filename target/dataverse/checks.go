@@ -121,7 +121,8 @@ func (d *dv) createCheck(marker string) *driver.Check {
 }
 
 // contentsCheck reads the collection's contents (unpaged, from the
-// database, without metadata) and reads the datasets in it newest first.
+// database, without metadata: IQSS/dataverse api/Dataverses.java,
+// listContent) and then the datasets in it newest first.
 func (d *dv) contentsCheck(marker string, since time.Time) *driver.Check {
 	return &driver.Check{
 		Build: func([]string) (driver.Request, error) {
@@ -167,8 +168,10 @@ type pageHit struct {
 }
 
 // pageCheck reads a page of the newest datasets search shows, each with
-// its otherId (read from the database) and creation time: one request
-// settles what would take a read per dataset. The datasets the page does
+// its otherId (read from the database) and creation time ("createdAt",
+// IQSS/dataverse search/SolrSearchResult.java; sort=date, order=desc and
+// per_page up to 1000 per doc/sphinx-guides/source/api/search.rst): one
+// request settles what would take a read per dataset. The datasets the page does
 // not show (not indexed yet, or never) are read one by one.
 func (d *dv) pageCheck(marker string, since time.Time, ids []int64) *driver.Check {
 	return &driver.Check{
@@ -293,8 +296,9 @@ func (ds datasetAnswer) pid() string {
 	return ds.Data.Protocol + ":" + ds.Data.Authority + cmp.Or(ds.Data.Separator, "/") + ds.Data.Identifier
 }
 
-// created is when the latest version was created; the zero time when the
-// answer does not say, so that no dataset is skipped for it.
+// created is when the latest version was created ("createTime", in whole
+// seconds: IQSS/dataverse util/json/JsonPrinter.java); far in the future
+// when the answer does not say, so that no dataset is skipped for it.
 func (ds datasetAnswer) created() time.Time {
 	t, err := time.Parse(time.RFC3339, ds.Data.LatestVersion.CreateTime)
 	if err != nil {

@@ -49,6 +49,10 @@ const (
 	DefaultSettleTime = 3 * time.Second
 	// DefaultListBound is the default Target.ListBound.
 	DefaultListBound = 200
+	// MaxListBound is the largest Target.ListBound: the engine ends a
+	// check's chain after a thousand looks, and the search, the listing
+	// and the page come first.
+	MaxListBound = 900
 	// DefaultAgency is the default Target.Agency.
 	DefaultAgency = "deposit"
 )
@@ -107,8 +111,9 @@ type Target struct {
 	// is repeated before "not found" is trusted; default
 	// DefaultSettleTime.
 	SettleTime time.Duration
-	// ListBound is the most datasets created since a deposit's look that
-	// its check reads one by one; default DefaultListBound.
+	// ListBound is the most datasets created since a deposit's look, and
+	// not shown by search, that its check reads one by one; default
+	// DefaultListBound, at most MaxListBound.
 	ListBound int
 	// Agency is the otherIdAgency of the marker; default DefaultAgency.
 	Agency string
@@ -134,6 +139,9 @@ func (t Target) Driver() (driver.Driver, error) {
 	}
 	if t.LockWait < 0 || t.SettleTime < 0 || t.ListBound < 0 {
 		return nil, errors.New("dataverse: Target.LockWait, SettleTime and ListBound must not be negative")
+	}
+	if t.ListBound > MaxListBound {
+		return nil, fmt.Errorf("dataverse: Target.ListBound is at most %d (a check's chain of reads is bounded)", MaxListBound)
 	}
 	d := &dv{endpoint: ep, alias: t.Collection, token: t.Token, ingest: t.Ingest,
 		lockWait: t.LockWait, settle: t.SettleTime, bound: t.ListBound, agency: t.Agency}
