@@ -73,9 +73,10 @@ func Marker(key string) string { return markerPrefix + key }
 //     payload, the marker merged into the citation block's otherId. After
 //     an ambiguous answer it is looked for before it is sent again: the
 //     search, then, since a miss proves nothing, the collection's contents
-//     (read from the database), of which each dataset created since the
-//     look is read, newest first, at most ListBound of them; past the
-//     bound the deposit is unresolved, saying so.
+//     (read from the database) and one search page of the newest datasets
+//     with their otherId; each dataset created since the look that the
+//     page does not show is read, newest first, at most ListBound of them;
+//     past the bound the deposit is unresolved, saying so.
 //  3. files: the dataset's file list, read only when the look found the
 //     dataset (a lost store), so that no file is added twice.
 //  4. one step per file: POST /api/datasets/:persistentId/add, multipart,
