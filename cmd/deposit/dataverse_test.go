@@ -162,7 +162,7 @@ func checkRowsDone(t *testing.T, db string, pids map[string]string) {
 func runDV(t *testing.T, endpoint, db, input, data string) *process {
 	t.Helper()
 	args := []string{"run", "--protocol", "dataverse", "--endpoint", endpoint, "--collection", "root",
-		"--datasets", data, "--settle", "20ms", "--lock-wait", "5s", "--max-attempts", "6", "--concurrency", "8",
+		"--datasets", data, "--settle", "20ms", "--lock-wait", "5s", "--max-attempts", "12", "--concurrency", "8",
 		"--db", db, "--json", input}
 	p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=" + dvToken}
@@ -174,19 +174,21 @@ func runDV(t *testing.T, endpoint, db, input, data string) *process {
 // untilDone runs until exit 0, at most ten times.
 func untilDone(t *testing.T, run func() *process) *process {
 	t.Helper()
+	last := ""
 	for round := 1; ; round++ {
-		require.LessOrEqual(t, round, 10, "the batch never finished")
+		require.LessOrEqual(t, round, 10, "the batch never finished; the last run said:\n%s", last)
 		p := run()
 		code := p.wait(t)
 		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
 		if code == exitDone {
 			return p
 		}
+		last = p.stderr.String()
 	}
 }
 
 // Faults at every step (answers dropped after the write committed, 503,
-// 500, 429, 504 after a publish was accepted), two runs
+// 500, 429, 504 after a publish was accepted; on reads too), two runs
 // SIGKILLed while they write, then runs until exit 0: one published
 // dataset per payload with each file once and the right bytes, no second
 // dataset, no draft left, every store row done with the server's
@@ -198,7 +200,7 @@ func TestKilledDataverseRunsPublishEachDatasetOnce(t *testing.T) {
 		t.Run(fmt.Sprintf("unindexed %v", unindexed), func(t *testing.T) {
 			dv, err := repotest.NewDataverse(repotest.DataverseConfig{
 				Token: dvToken, Seed: 5, Unindexed: unindexed, IndexLag: 20 * time.Millisecond, PublishLag: 20 * time.Millisecond,
-				Faults: "drop=0.08,503=0.05,500=0.05,429=0.05,504=0.05",
+				Faults: "drop=0.08,503=0.05,500=0.05,429=0.05,504=0.05,reads",
 			})
 			require.NoError(t, err)
 			tw := &dvTripwire{dv: dv}

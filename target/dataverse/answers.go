@@ -71,9 +71,9 @@ func judge(a driver.Answer, kind stepKind) driver.Verdict {
 	switch {
 	case a.Status == http.StatusServiceUnavailable || a.Status >= 500:
 		v.Class = driver.Classify(a)
-	case strings.Contains(m, "Rate limited"):
-		// Checked before the command runs: nothing was done. No
-		// Retry-After: the retry policy's backoff slows down.
+	case a.Status == http.StatusTooManyRequests || strings.Contains(m, "Rate limited"):
+		// Checked before the command runs (a 400 on an add): nothing was
+		// done. No Retry-After: the retry policy's backoff slows down.
 		v.Class, v.Problem = driver.Retry, "rate limited by Dataverse: "+m
 	case a.Status == http.StatusUnauthorized && strings.Contains(m, "Bad API key"):
 		v.Class, v.Problem = driver.Stop, "Dataverse refused the API token (Bad API key): "+m
