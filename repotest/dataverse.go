@@ -47,6 +47,10 @@ type DataverseConfig struct {
 	// IndexLag is how long a write takes to show in search: search sees
 	// each dataset as it was IndexLag after its last write.
 	IndexLag time.Duration
+	// Unindexed is the share, in [0,1], of datasets search never shows,
+	// as when Dataverse's index of a dataset fails (it only logs it);
+	// which ones is drawn from Seed and the dataset's id.
+	Unindexed float64
 	// Limit, when set, is the number of times each command (create, add,
 	// publish) may run per Window: an hourly token bucket per command, as
 	// Dataverse 6.x rate limits each user and command.
@@ -157,15 +161,20 @@ type DataverseFile struct {
 //     opens a new draft.
 //   - GET /api/datasets/{id}/locks lists the locks, [] when there are
 //     none; GET /api/datasets/{id} answers the dataset with latestVersion
-//     (versionState, versionNumber, versionMinorNumber, metadataBlocks).
+//     (versionState, versionNumber, versionMinorNumber, createTime in whole
+//     seconds as JsonPrinter prints it, metadataBlocks).
 //   - GET /api/search?q=&type=dataset&subtree=&start=&per_page= answers
 //     {"data":{"q","total_count","start","items":[...],"count_in_response"}}
 //     from an index that sees each dataset as it was IndexLag after its
 //     last write, while versionState and the metadataBlocks of
 //     metadata_fields come from the current row, as Dataverse builds a
-//     hit. q is "*", otherIdValue:"VALUE", title:"VALUE" (phrase queries
+//     hit. With Unindexed, a share of the datasets is never indexed, as
+//     when Dataverse's indexing of a dataset fails and is only logged. q
+//     is "*", otherIdValue:"VALUE", title:"VALUE" (phrase queries
 //     on tokenised text: a hit's value may be longer than VALUE), or
-//     words that must all appear. A guest sees released datasets only.
+//     words that must all appear; sort=date (by creation) or sort=name,
+//     with order=asc or desc, orders the hits, which are otherwise in
+//     creation order. A guest sees released datasets only.
 //   - GET /api/dataverses/{alias}/contents lists the collection's datasets
 //     from the database at once: unpaged, without metadata.
 //   - A wrong token is a 401 "Bad API key". The guest's create is a 401
@@ -227,6 +236,8 @@ type dvDataset struct {
 	otherIDs   []string
 	files      []*dvFile
 	created    time.Time
+	// versionCreated is when the latest version was created.
+	versionCreated time.Time
 
 	released      bool // a version was released
 	draft         bool // the latest version is a draft
@@ -237,6 +248,7 @@ type dvDataset struct {
 	indexed   *dvHit
 	pending   *dvHit
 	pendingAt time.Time
+	unindexed bool // search never shows it (Config.Unindexed)
 }
 
 type dvFile struct {
@@ -271,6 +283,9 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 	faults, err := ParseFaults(cfg.Faults)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Unindexed < 0 || cfg.Unindexed > 1 {
+		return nil, fmt.Errorf("%w: Unindexed is a share, in [0,1]", ErrConfig)
 	}
 	if cfg.Latency < 0 || cfg.IndexLag < 0 || cfg.PublishLag < 0 || cfg.IngestLag < 0 || cfg.Window < 0 || cfg.Limit < 0 {
 		return nil, fmt.Errorf("%w: durations and limits must not be negative", ErrConfig)
@@ -563,6 +578,8 @@ func (dv *Dataverse) newDataset(c citation) *dvDataset {
 		delete(version, k)
 	}
 	ds := &dvDataset{id: dv.nextID, identifier: dv.newIdentifier(), version: version, otherIDs: c.otherIDs, created: dv.now(), draft: true}
+	ds.versionCreated = ds.created
+	ds.unindexed = dv.draw("unindexed", ds.id) < dv.cfg.Unindexed
 	dv.nextID++
 	for _, v := range c.otherIDs {
 		if dv.markers[v] {
@@ -599,6 +616,15 @@ func (dv *Dataverse) newIdentifier() string {
 			return ident
 		}
 	}
+}
+
+// draw is a number in [0,1) drawn from the seed, what and n.
+func (dv *Dataverse) draw(what string, n int64) float64 {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(dv.cfg.Seed))
+	binary.BigEndian.PutUint64(b[8:], uint64(n))
+	sum := sha256.Sum256(append(b[:], what...))
+	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }
 
 // pid is the dataset's persistent identifier, "doi:AUTHORITY/FK2/X". It
@@ -789,6 +815,9 @@ func (dv *Dataverse) addFile(ds *dvDataset, req addRequest, now time.Time) (*dvF
 		}
 	}
 	ds.files = append(ds.files, f)
+	if !ds.draft {
+		ds.versionCreated = now // a new draft after a release
+	}
 	ds.draft = true
 	dv.stats.Files++
 	dv.reindex(ds, now)
@@ -1047,6 +1076,8 @@ func (dv *Dataverse) datasetDoc(ds *dvDataset, now time.Time, withVersion bool) 
 		v := maps.Clone(ds.version)
 		v["versionState"], v["versionNumber"], v["versionMinorNumber"] = ds.state(), ds.major, ds.minor
 		v["datasetId"], v["datasetPersistentId"] = ds.id, dv.pid(ds)
+		// JsonPrinter's format: whole seconds, UTC.
+		v["createTime"] = ds.versionCreated.UTC().Format("2006-01-02T15:04:05Z")
 		d["latestVersion"] = v
 	}
 	return d
@@ -1085,6 +1116,9 @@ func (dv *Dataverse) contents(w http.ResponseWriter, r *http.Request, alias stri
 // reindex queues what search will show of ds IndexLag after at. dv.mu is
 // held.
 func (dv *Dataverse) reindex(ds *dvDataset, at time.Time) {
+	if ds.unindexed {
+		return
+	}
 	h := &dvHit{released: ds.released, words: map[string]bool{}}
 	h.title = wordList(fieldString(ds.version, "title"))
 	for _, v := range ds.otherIDs {
@@ -1168,6 +1202,7 @@ func (dv *Dataverse) search(w http.ResponseWriter, r *http.Request, user bool) {
 		}
 		hits = append(hits, ds)
 	}
+	sortHits(hits, query.Get("sort"), query.Get("order"))
 	total := len(hits)
 	from := min(start, total)
 	items := make([]any, 0, min(perPage, total-from))
@@ -1180,6 +1215,27 @@ func (dv *Dataverse) search(w http.ResponseWriter, r *http.Request, user bool) {
 		"items": items, "count_in_response": len(items),
 	})
 	dv.finish(w, r, ft, http.StatusOK, out)
+}
+
+// sortHits orders hits as sort=date or sort=name asks (order asc or
+// desc); any other sort leaves them in creation order, as an unranked
+// index would.
+func sortHits(hits []*dvDataset, by, order string) {
+	var cmp func(a, b *dvDataset) int
+	switch by {
+	case "date":
+		cmp = func(a, b *dvDataset) int { return a.created.Compare(b.created) }
+	case "name":
+		cmp = func(a, b *dvDataset) int {
+			return strings.Compare(fieldString(a.version, "title"), fieldString(b.version, "title"))
+		}
+	default:
+		return
+	}
+	slices.SortStableFunc(hits, cmp)
+	if order == "desc" {
+		slices.Reverse(hits)
+	}
 }
 
 // searchItem is one dataset hit, built from the current row. dv.mu is held.

@@ -340,6 +340,39 @@ func TestDataverseSearchLagsWhileContentsReadsTheDatabase(t *testing.T) {
 	require.Equal(t, int64(6), s.Stats().Searches)
 }
 
+// With Unindexed, a share of the datasets never shows in search, however
+// long one waits, while the contents listing and a read of each still
+// show them; a version's createTime is the second it was created.
+func TestDataverseSearchNeverShowsTheUnindexedShare(t *testing.T) {
+	clk := newClock()
+	s := startDataverse(t, DataverseConfig{Unindexed: 0.5, Seed: 7, now: clk.now})
+	const n = 40
+	for i := range n {
+		dvCreate(t, s, fmt.Sprint("deposit:m", i))
+	}
+	clk.advance(time.Hour)
+	data := dvGet(t, s, "/api/search?q=*&type=dataset&per_page=1000").(map[string]any)
+	shown := int(data["total_count"].(float64))
+	require.Greater(t, shown, 0)
+	require.Less(t, shown, n, "some never indexed")
+	require.Len(t, dvGet(t, s, "/api/dataverses/root/contents").([]any), n, "the listing shows every one")
+
+	newest := dvGet(t, s, "/api/search?q=*&type=dataset&sort=date&order=desc&per_page=1&show_entity_ids=true").(map[string]any)
+	items := newest["items"].([]any)
+	require.Len(t, items, 1)
+	all := s.Datasets()
+	for i := len(all) - 1; i >= 0; i-- {
+		if data := dvGet(t, s, "/api/search?type=dataset&q="+url.QueryEscape(`otherIdValue:"`+all[i].OtherIDs[0]+`"`)).(map[string]any); data["total_count"].(float64) > 0 {
+			require.Equal(t, all[i].PersistentID, items[0].(map[string]any)["global_id"], "sort=date&order=desc: the newest indexed first")
+			break
+		}
+	}
+
+	ds := dvGet(t, s, "/api/datasets/1").(map[string]any)
+	created := ds["latestVersion"].(map[string]any)["createTime"].(string)
+	require.Equal(t, clk.now().Add(-time.Hour).UTC().Format("2006-01-02T15:04:05Z"), created)
+}
+
 func TestDataverseRateLimitsAnswer429Or400OnAnAddWithoutRetryAfter(t *testing.T) {
 	clk := newClock()
 	s := startDataverse(t, DataverseConfig{Limit: 1, Window: time.Hour, now: clk.now})

@@ -194,7 +194,7 @@ func TestServeRunsTheInvenioStub(t *testing.T) {
 		}
 		return ""
 	}
-	h, err := newRepository("invenio", repotest.Config{Seed: 1}, 0, env)
+	h, err := newRepository("invenio", repotest.Config{Seed: 1}, stubTimes{}, env)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
 	srv := httptest.NewServer(h)

@@ -32,13 +32,18 @@ locally; it asks for basic auth only when DATACITE_REPOSITORY_ID and
 DATACITE_PASSWORD are set. Under invenio it is an InvenioRDM REST API stub
 under {URL}/api (drafts, files, publish, the user's search, lagging by
 --index-lag) for trying --protocol invenio --endpoint {URL}/api; it asks for
-the token in DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
+the token in DEPOSIT_AUTHORIZATION only when that is set. Under dataverse it is
+a Dataverse native API stub under {URL}/api (one collection, root; datasets,
+files, publish under a finalizePublication lock held --publish-lag, a search
+lagging by --index-lag, the contents listing) for trying --protocol
+dataverse --endpoint {URL} --collection root; it asks for the API token in
+DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
 a stub of Crossref's deposit system (POST {URL}/servlet/deposit queues an
 upload for --queue-delay, then processes it; results by file name at
 {URL}/servlet/submissionDownload, the XML query at {URL}/servlet/query) for
 trying --protocol crossref --endpoint {URL}/servlet/deposit; it asks for
 CROSSREF_LOGIN and CROSSREF_PASSWORD only when those are set. --db and
---verify-key apply to no stub.`
+--verify-key apply to none of the stubs.`
 
 // shutdownGrace is how long serve waits for requests in progress when asked
 // to stop.
@@ -52,28 +57,30 @@ const statsPath = "/_deposit/stats"
 
 func serveCmd(ctx context.Context, args []string, s streams) int {
 	var (
-		addr      string
-		protocol  string
-		faults    string
-		seed      int64
-		db        string
-		verifyKey bool
-		latency   time.Duration
-		lockHold  time.Duration
-		indexLag  time.Duration
-		rateLimit float64
-		queue     time.Duration
+		addr       string
+		protocol   string
+		faults     string
+		seed       int64
+		db         string
+		verifyKey  bool
+		latency    time.Duration
+		lockHold   time.Duration
+		indexLag   time.Duration
+		rateLimit  float64
+		publishLag time.Duration
+		queue      time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--rate-limit N] [--queue-delay DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|dataverse|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--publish-lag DUR] [--rate-limit N] [--queue-delay DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio or crossref")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio, dataverse or crossref")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
 	c.fs.BoolVar(&verifyKey, "verify-key", false, "put: refuse (422) a PUT whose key is not the SHA-256 of its body")
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
-	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio: how long a write takes to show in search")
+	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio, dataverse: how long a write takes to show in search")
+	c.fs.DurationVar(&publishLag, "publish-lag", 0, "dataverse: how long a publication holds its finalizePublication lock before the version is released")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
 	c.fs.DurationVar(&queue, "queue-delay", time.Second, "crossref: how long an upload waits queued, and then as long in process, before its result")
 	c.fs.Float64Var(&rateLimit, "rate-limit", 0, "put, idempotency-key: accept `N` writes a second and answer 429 with Retry-After: 1 above that; 0 accepts every write")
@@ -92,7 +99,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if protocol == "crossref" {
 		h, err = newCrossref(repotest.CrossrefConfig{Faults: faults, Seed: seed, Latency: latency, QueueDelay: queue, ProcessDelay: queue}, s.getenv)
 	} else {
-		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, indexLag, s.getenv)
+		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, stubTimes{indexLag: indexLag, publishLag: publishLag}, s.getenv)
 	}
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
@@ -180,10 +187,21 @@ func faultKinds(byKind map[string]int64) string {
 	return b.String()
 }
 
+// stubTimes are the lags of the InvenioRDM and Dataverse stubs.
+type stubTimes struct {
+	indexLag, publishLag time.Duration
+}
+
 // newRepository returns the repository of protocol; cfg holds the settings
 // shared with the reference server (the stubs take its faults, seed and
-// latency); indexLag is the InvenioRDM stub's.
-func newRepository(protocol string, cfg repotest.Config, indexLag time.Duration, getenv func(string) string) (repository, error) {
+// latency); times are the stubs' own.
+func newRepository(protocol string, cfg repotest.Config, times stubTimes, getenv func(string) string) (repository, error) {
+	indexLag := times.indexLag
+	if protocol == "dataverse" {
+		d, err := repotest.NewDataverse(repotest.DataverseConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
+			IndexLag: indexLag, PublishLag: times.publishLag, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))})
+		return dataverseRepository{d}, err
+	}
 	if protocol == "invenio" {
 		token := strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))
 		if scheme, rest, ok := strings.Cut(token, " "); ok && strings.EqualFold(scheme, "Bearer") {
@@ -243,6 +261,16 @@ func (r invenioRepository) counters() string {
 }
 
 func (r invenioRepository) stats() any { return r.Stats() }
+
+type dataverseRepository struct{ *repotest.Dataverse }
+
+func (r dataverseRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d datasets created, %d released, %d files added, %d duplicate markers, %d duplicate files, %d searches, %d faults injected%s",
+		st.Requests, st.Datasets, st.Released, st.Files, st.DuplicateMarkers, st.DuplicateFiles, st.Searches, st.Faults, faultKinds(st.FaultsByKind))
+}
+
+func (r dataverseRepository) stats() any { return r.Stats() }
 
 type dataciteRepository struct{ *repotest.DataCite }
 

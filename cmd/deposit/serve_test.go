@@ -116,7 +116,7 @@ func TestTheStatsPathIsNeitherCountedNorFaulted(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.protocol+": only the create is counted and faulted", func(t *testing.T) {
-			h, err := newRepository(tc.protocol, repotest.Config{Faults: "500=1", Seed: 1}, 0, func(string) string { return "" })
+			h, err := newRepository(tc.protocol, repotest.Config{Faults: "500=1", Seed: 1}, stubTimes{}, func(string) string { return "" })
 			require.NoError(t, err)
 			t.Cleanup(func() { h.Close() })
 			srv := httptest.NewServer(withStats(h))

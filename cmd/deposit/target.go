@@ -18,6 +18,7 @@ import (
 	"github.com/depositkit/deposit/target/couchdb"
 	"github.com/depositkit/deposit/target/crossref"
 	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/dataverse"
 	"github.com/depositkit/deposit/target/idempotencykey"
 	"github.com/depositkit/deposit/target/invenio"
 	"github.com/depositkit/deposit/target/put"
@@ -39,6 +40,10 @@ type targetFlags struct {
 	// stdin: the working directory).
 	queryEndpoint string
 	inputDir      string
+	// collection, ingest and lockWait are the Dataverse target's.
+	collection string
+	ingest     bool
+	lockWait   time.Duration
 }
 
 // targetSpec is what the command line knows of one target. Adding a target
@@ -196,6 +201,32 @@ var targetSpecs = map[string]targetSpec{
 		hint: func(status int) string {
 			if status == http.StatusUnauthorized || status == http.StatusForbidden {
 				return "InvenioRDM treats a missing or wrong token as anonymous: check DEPOSIT_AUTHORIZATION (a personal access token allowed to write deposits; on Zenodo the deposit:write and deposit:actions scopes)"
+			}
+			return ""
+		},
+	},
+	protocol.Dataverse: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			if f.collection == "" {
+				return nil, errors.New("dataverse: give --collection, the alias of the collection datasets go in (such as root)")
+			}
+			return dataverse.Target{Endpoint: f.endpoint, Collection: f.collection, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")),
+				Ingest: f.ingest, LockWait: f.lockWait, SettleTime: f.settle}, nil
+		},
+		flags: []string{"collection", "ingest", "lock-wait", "settle"}, storesFiles: true,
+		// The token goes in X-Dataverse-key, which the target sets itself.
+		authorize: func(endpoint string, _ http.Header, getenv func(string) string) error {
+			if strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")) == "" && !loopback(endpoint) {
+				return errors.New("dataverse: set DEPOSIT_AUTHORIZATION to your API token")
+			}
+			return nil
+		},
+		hint: func(status int) string {
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				return "check DEPOSIT_AUTHORIZATION: an API token allowed to add datasets to --collection"
+			}
+			if status == http.StatusNotFound {
+				return "check --endpoint (the installation's root, such as https://demo.dataverse.org) and --collection"
 			}
 			return ""
 		},

@@ -20,6 +20,7 @@ const (
 	DataCite       = "datacite"
 	Invenio        = "invenio"
 	Crossref       = "crossref"
+	Dataverse      = "dataverse"
 )
 
 // RecheckSuffix ends the protocol part of a store target whose rows are
@@ -63,7 +64,7 @@ func Step(target string) (proto, step, rest string) {
 
 // Names returns every protocol name, in the order help texts give them.
 func Names() []string {
-	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Crossref}
+	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse, Crossref}
 }
 
 // Parse returns the protocol named s; "" is Put.

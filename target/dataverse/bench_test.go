@@ -1,0 +1,96 @@
+package dataverse_test
+
+import (
+	"fmt"
+	"iter"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/client"
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/dataverse"
+)
+
+// BenchmarkDataverse deposits b.N datasets of two files each (one in a
+// folder) to the Dataverse stub on 127.0.0.1, through the engine with a
+// SQLite store, at concurrency 8: datasets/s, and the requests per dataset
+// the stub received (looks, checks and polls included), without faults and
+// with answers lost after commit, 500s, 503s, 429s and 504s after a
+// publish (the batch is run again until every dataset is done).
+func BenchmarkDataverse(b *testing.B) {
+	for _, bc := range []struct{ name, faults string }{
+		{"no faults", ""},
+		{"faults", "drop=0.05,500=0.03,503=0.03,429=0.03,504=0.03"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv, err := repotest.NewDataverseServer(repotest.DataverseConfig{Token: token, Faults: bc.faults, Seed: 11})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
+			dir := b.TempDir()
+			items := benchItems(b, dir, b.N)
+			store, err := dedup.Open(filepath.Join(dir, "deposit.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer store.Close()
+			c, err := client.New(client.Config{
+				Target: dataverse.Target{Endpoint: srv.URL, Collection: "root", Token: token, SettleTime: 10 * time.Millisecond},
+				Store:  store, Rate: -1,
+				Retry: backoff.Policy{Base: time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 10, MaxElapsed: 30 * time.Second},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for round := 0; ; round++ {
+				if round == 10 {
+					b.Fatal("the batch never finished")
+				}
+				sum, err := c.Run(b.Context(), items, client.BatchOptions{Concurrency: 8})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if sum.Unresolved == 0 && sum.Failed == 0 {
+					break
+				}
+			}
+			b.StopTimer()
+			s := srv.Stats()
+			if s.Datasets != int64(b.N) || s.Released != int64(b.N) || s.Files != int64(2*b.N) || s.DuplicateMarkers != 0 {
+				b.Fatalf("%d datasets, %d released, %d files for %d payloads", s.Datasets, s.Released, s.Files, b.N)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "datasets/s")
+			b.ReportMetric(float64(s.Requests)/float64(b.N), "requests/dataset")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// benchItems writes n datasets of two files each under dir.
+func benchItems(b *testing.B, dir string, n int) iter.Seq[client.Item] {
+	for i := range n {
+		sub := filepath.Join(dir, fmt.Sprint(i), "sub")
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for name, p := range map[string]string{"a.csv": filepath.Join(dir, fmt.Sprint(i), "a.csv"), "b.txt": filepath.Join(sub, "b.txt")} {
+			if err := os.WriteFile(p, fmt.Appendf(nil, "%s of dataset %d\n", name, i), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return func(yield func(client.Item) bool) {
+		for i := range n {
+			ds := &client.Dataset{Dir: filepath.Join(dir, fmt.Sprint(i)), Metadata: metadata(fmt.Sprint("Bench ", i)), Files: []string{"a.csv", "sub/b.txt"}}
+			if !yield(client.Item{Line: int64(i + 1), Dataset: ds}) {
+				return
+			}
+		}
+	}
+}
