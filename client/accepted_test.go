@@ -180,6 +180,10 @@ func TestAnAcceptedStepPastItsPollBudgetIsPolledByTheNextRunNotResent(t *testing
 	require.NotErrorIs(t, err, ErrInterrupted)
 	require.ErrorContains(t, err, "accepted, not yet settled")
 	require.ErrorContains(t, err, "queued", "the last finding's problem")
+	var notSettled *NotSettledError
+	require.ErrorAs(t, err, &notSettled)
+	require.Equal(t, "queued", notSettled.Last)
+	require.GreaterOrEqual(t, notSettled.Polls, 1)
 	require.Equal(t, int64(1), s.writes.Load())
 	require.GreaterOrEqual(t, s.polls.Load(), int64(1), "polled within the budget")
 	rec, err := store.Lookup(t.Context(), c.StoreTarget(), res.Key)

@@ -103,6 +103,9 @@ type listServer struct {
 	markers []string // by id - 1
 	drop    int
 	refuse  int
+	// flaky answers each read 503 the first time it is asked.
+	flaky   bool
+	asked   map[string]bool
 	creates atomic.Int64
 	reads   atomic.Int64
 }
@@ -117,6 +120,14 @@ func newListServer(t *testing.T, drop int, others ...string) *listServer {
 func (s *listServer) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Method == http.MethodGet && s.flaky && !s.asked[r.URL.String()] {
+		if s.asked == nil {
+			s.asked = map[string]bool{}
+		}
+		s.asked[r.URL.String()] = true
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	switch {
 	case r.Method == http.MethodPost:
 		s.creates.Add(1)
@@ -194,4 +205,19 @@ func TestACheckChainThatNeverEndsLeavesTheDepositUnresolved(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnresolved)
 	require.ErrorContains(t, err, "looked 1000 times")
 	require.Equal(t, int64(1), s.creates.Load())
+}
+
+// Each request of a chain has the attempt limit of its own: five looks
+// each answered 503 once (five failed attempts, more than the limit of
+// four) still settle the check, and the write keeps its own attempts.
+func TestEachLookOfACheckIsRetriedWithinItsOwnAttempts(t *testing.T) {
+	s := newListServer(t, 0, "someone-else's", "another")
+	s.refuse, s.flaky = 1, true
+	c, err := New(Config{Target: listTarget{endpoint: s.URL}, Store: openStore(t), Retry: fastRetry, Rate: -1})
+	require.NoError(t, err)
+	res, err := c.Deposit(t.Context(), []byte(`{"title":"listed"}`))
+	require.NoError(t, err)
+	require.Equal(t, "3", res.Identifier)
+	require.Equal(t, int64(2), s.creates.Load(), "refused, looked for through four 503s, sent again")
+	require.Equal(t, 2+2*4, res.Requests, "two writes; search, listing and two reads, each twice")
 }

@@ -757,11 +757,8 @@ func (g *stepSend) notSettled(ctx context.Context, polls int, elapsed time.Durat
 	if ctx.Err() != nil || errors.Is(why, ErrInterrupted) {
 		sentinel = ErrInterrupted
 	}
-	if last != "" {
-		last = " (" + last + ")"
-	}
-	return fmt.Errorf("%w: %s %s: accepted, not yet settled after %d polls in %v%s; a later run polls again and never re-sends it: %w",
-		sentinel, g.req.Method, driver.RedactURL(g.req.URL), polls, elapsed.Round(time.Millisecond), last, why)
+	return fmt.Errorf("%w: %s %s: %w; a later run polls again and never re-sends it: %w",
+		sentinel, g.req.Method, driver.RedactURL(g.req.URL), &NotSettledError{Polls: polls, Elapsed: elapsed, Last: last}, why)
 }
 
 // isDraining reports whether the batch is shutting down.

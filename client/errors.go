@@ -81,3 +81,24 @@ func (e *HTTPError) Error() string {
 	}
 	return msg
 }
+
+// NotSettledError is why a deposit whose step the server accepted is
+// unresolved: polling its check within the step's budget never saw it
+// settle (a publication still locked, a deposit still queued). It is
+// wrapped with ErrUnresolved (or ErrInterrupted); a later run polls again
+// and never re-sends the request.
+type NotSettledError struct {
+	Polls   int
+	Elapsed time.Duration
+	// Last is the last poll's problem ("dataset doi:... is locked"), if
+	// it named one.
+	Last string
+}
+
+func (e *NotSettledError) Error() string {
+	s := fmt.Sprintf("accepted, not yet settled after %d polls in %v", e.Polls, e.Elapsed.Round(time.Millisecond))
+	if e.Last != "" {
+		s += " (" + e.Last + ")"
+	}
+	return s
+}

@@ -19,10 +19,10 @@ import (
 	"github.com/depositkit/deposit/driver"
 )
 
-// exchange is the retry state of one step: the write's attempts and any
-// check's failed looks count against one attempt limit, every request
-// against one elapsed budget, and retries against the client's shared
-// retry budget. Every wait between attempts is the
+// exchange is the retry state of one step: the write's attempts count
+// against the attempt limit, and each look of a check against one of its
+// own (see looks); every request against one elapsed budget, and retries
+// against the client's shared retry budget. Every wait between attempts is the
 // exchange's own (sleep), decided by package backoff and ended by the
 // context or the batch's drain; go-retryablehttp sends, rewinds bodies and
 // calls back, but never waits on its own.
@@ -36,9 +36,10 @@ type exchange struct {
 	// inFlight counts the answers that said the request is still in flight
 	// on the server: they spend no attempt and no retry budget.
 	inFlight int
-	// looks counts the check requests whose answer the check could read
-	// (found, absent, pending, foreign): a look that worked is no failed
-	// attempt, so a check of several requests spends none of the step's.
+	// looks counts the check requests that spend none of the step's
+	// attempts: every attempt of a look that read its answer (found,
+	// absent, pending, foreign), so a check of several requests, each
+	// retried within the attempt limit, leaves the write its own.
 	looks int
 	// stopped says why retrying stopped, when it did.
 	stopped error
@@ -447,6 +448,12 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		return checked{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	req.Header = x.c.withUserHeader(req.Header)
+	// The look's retries are counted from 0 (each request of a check has
+	// the attempt limit, as the write does), and a look that read its
+	// answer gives back every attempt it took.
+	looks, start := x.looks, x.requests-x.inFlight
+	x.looks = start
+	defer func() { x.looks = looks }()
 	var f checked
 	a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 		f.finding = chk.Judge(a)
@@ -459,7 +466,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		return f, err
 	}
 	if f.Kind != driver.Unknown {
-		x.looks++
+		looks += x.requests - x.inFlight - start
 	}
 	if f.Warn != "" {
 		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))

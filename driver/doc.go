@@ -64,9 +64,9 @@
 // with that check (a search that missed, then the collection's listing,
 // then each record in it), taking the last finding as the check's. The
 // judge builds Then from its answer, so it stays pure, and bounds its own
-// chain. A look whose answer the judge could read spends none of the
-// step's attempts: only failed looks ([Unknown]) and the step's own
-// requests count against the retry policy's attempt limit.
+// chain. Each look is retried within the retry policy's attempt limit
+// of its own, and a look whose answer the judge could read spends none
+// of the step's attempts, which are its own requests'.
 //
 // # A step accepted to settle later
 //

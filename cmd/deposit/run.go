@@ -630,6 +630,12 @@ func shortKey(key string) string {
 // errors: the client wraps why retrying stopped first and the last failure
 // last).
 func lastAnswer(err error) string {
+	var notSettled *client.NotSettledError
+	if errors.As(err, &notSettled) {
+		// The last poll's problem says more than the answer that ended
+		// polling (an elapsed budget spent).
+		return notSettled.Error()
+	}
 	var herr *client.HTTPError
 	if errors.As(err, &herr) {
 		return strings.TrimSpace(fmt.Sprintf("%d %s", herr.StatusCode, http.StatusText(herr.StatusCode)))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,6 +23,16 @@ func TestLastAnswerIsTheInnermostTransportCause(t *testing.T) {
 	err := fmt.Errorf("%w after %d attempts: %w: %w", client.ErrUnresolved, 5, errors.New("backoff: attempts exhausted"), last)
 	require.Equal(t, "connection refused", lastAnswer(err))
 	require.Equal(t, "connection closed without an answer", lastAnswer(fmt.Errorf("%w: PUT x: %w", client.ErrUnresolved, io.EOF)))
+}
+
+// An accepted step that never settled within its budget is reported by
+// its last poll's problem (a lock that holds), not by the budget that ran
+// out.
+func TestLastAnswerOfAnAcceptedStepNotSettledIsItsLastPoll(t *testing.T) {
+	err := fmt.Errorf("%w: POST http://127.0.0.1:1/publish: %w; a later run polls again: %w", client.ErrUnresolved,
+		&client.NotSettledError{Polls: 12, Elapsed: 10 * time.Minute, Last: "dataset doi:10.5072/FK2/ABC is locked (finalizePublication)"},
+		errors.New("backoff: elapsed time exhausted"))
+	require.Equal(t, "accepted, not yet settled after 12 polls in 10m0s (dataset doi:10.5072/FK2/ABC is locked (finalizePublication))", lastAnswer(err))
 }
 
 func TestTheSummaryOffersRetryFailedOnlyWhereItHelps(t *testing.T) {
