@@ -10,7 +10,6 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/protocol"
-	"github.com/depositkit/deposit/target/crossref"
 )
 
 const keyAbout = `Prints the key of each non-blank line of FILE ("-" reads stdin) as
@@ -107,8 +106,8 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 }
 
 // keyDriver is the driver that keys the lines of input under proto: a
-// target that reads its payloads its own way (crossref); nil for any other,
-// whose key is the payload's own.
+// target that reads its payloads its own way (its table entry's ownKeys);
+// nil for any other, whose key is the payload's own.
 func keyDriver(proto, input string) (driver.Driver, error) {
 	if proto == "" {
 		return nil, nil
@@ -117,10 +116,11 @@ func keyDriver(proto, input string) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if name != protocol.Crossref {
+	spec := targetSpecs[name]
+	if spec.ownKeys == nil {
 		return nil, nil
 	}
-	return crossref.Target{Dir: inputDir(input)}.Driver()
+	return spec.ownKeys(inputDir(input)).Driver()
 }
 
 // keyOf is the key of one input item, as drv reads it when set.

@@ -78,6 +78,10 @@ type targetSpec struct {
 	// deposit's idempotency key with another body: --retry-failed cannot
 	// help it, and the run says so.
 	keyReused func(r client.ItemResult) bool
+	// ownKeys, for a target that reads and keys its lines its own way
+	// (driver.Payloader), is that target as deposit key builds it: no
+	// endpoint or credentials, dir the folder of the input file.
+	ownKeys func(dir string) client.Target
 	// hint says what an answer with this status means for this target, in
 	// terms of flags and environment variables; "" defers to the hints
 	// every target shares.
@@ -242,6 +246,7 @@ var crossrefSpec = targetSpec{
 			Password: getenv("CROSSREF_PASSWORD"), Dir: f.inputDir, Settle: f.settle}, nil
 	},
 	flags: []string{"query-endpoint", "settle"}, endpointOptional: true,
+	ownKeys: func(dir string) client.Target { return crossref.Target{Dir: dir} },
 	authorize: func(endpoint string, _ http.Header, getenv func(string) string) error {
 		if (getenv("CROSSREF_LOGIN") == "" || getenv("CROSSREF_PASSWORD") == "") && !loopback(endpoint) {
 			return errors.New("crossref: set CROSSREF_LOGIN and CROSSREF_PASSWORD (the Crossref login that deposits)")
