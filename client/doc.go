@@ -16,7 +16,8 @@
 // [New] builds a [Client] from a [Config] whose Target says where deposits
 // go: a built-in target of the packages under target (put.Target,
 // idempotencykey.Target, webdav.Target, s3.Target, couchdb.Target,
-// datacite.Target, invenio.Target), each with its own options, or a target
+// datacite.Target, invenio.Target, dataverse.Target, crossref.Target), each
+// with its own options, or a target
 // of any package written against package driver; package client imports
 // none of them. [Client.Deposit] deposits one payload and
 // [Client.Run] a stream of them with bounded concurrency, which is what
