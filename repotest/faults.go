@@ -18,7 +18,9 @@ import (
 var ErrFaultSpec = errors.New("repotest: bad fault spec")
 
 // FaultsHelp describes the fault grammar; `deposit serve --help` prints it.
-const FaultsHelp = `Fault spec: comma-separated rules, applied to create requests (PUT or POST).
+const FaultsHelp = `Fault spec: comma-separated rules, applied to writes: creates (PUT or POST),
+and under a stub with several steps each of them (file uploads and commits, new
+versions, publishes, reviews, Crossref uploads).
 
   drop=P          commit the record, then close the connection without answering
   reset=P         close the connection without answering and without committing
