@@ -239,6 +239,21 @@ func (a ahead) began(key string) {
 	}
 }
 
+// unsentAhead reports whether the last claim of key before a deposit's
+// own, which found the row at attempts, was a claim made ahead here for
+// another item of the key, which this deposit spoiled and which no
+// deposit took: it sent nothing, so it is no earlier attempt (the deposit
+// would otherwise report "created" for a record it found existing).
+func (a ahead) unsentAhead(key string, attempts int) bool {
+	if a.b == nil {
+		return false
+	}
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	e := a.b.keys[key]
+	return e != nil && e != a.e && e.made && e.spoiled && !e.got.Leased && e.got.Record.Attempts == attempts-1
+}
+
 // take returns the deposit's claim made ahead, if it may stand for its
 // claim, and gives it up either way: a claim that stands hands its lease
 // over to the deposit (which holds it at once), one that does not lets go

@@ -215,3 +215,35 @@ func TestAStoppedBatchLeavesNothingPendingThatItNeverSent(t *testing.T) {
 	require.Equal(t, first.Created, second.Replayed)
 	require.EqualValues(t, n, srv.Stats().Requests)
 }
+
+// Two lines of one key: the later line's claim made ahead is spoiled when
+// the earlier line's deposit begins, and that deposit's own claim counts
+// the row's second claim. The claim made ahead sent nothing, so the
+// deposit sees no earlier attempt: a record it then finds existing is
+// "existing", not "created" (it flaked so against versitygw, when the
+// earlier line reached a worker after the later one was claimed ahead).
+func TestAClaimMadeAheadForAnotherLineOfTheKeyIsNoEarlierAttempt(t *testing.T) {
+	store := openStore(t)
+	c, err := New(Config{Target: put.Target{Endpoint: "http://127.0.0.1:1"}, Store: store})
+	require.NoError(t, err)
+	var on atomic.Bool
+	on.Store(true)
+	b := newClaimsAhead(c, &on)
+	k := c.mustKey(t, `{"n":"twice"}`)
+	later := []job{{k: &k}}
+	b.claim(context.Background(), later)
+	require.NotNil(t, later[0].ahead, "the later line claimed ahead")
+
+	earlier := ahead{b: b}
+	earlier.began(k.Key)
+	ref := dedup.Ref{Target: c.StoreTarget(), Key: k.Key}
+	got, err := c.claim(context.Background(), ref, nil, earlier, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Record.Attempts, "the claim made ahead is no attempt")
+	rec, err := store.Lookup(context.Background(), c.StoreTarget(), k.Key)
+	require.NoError(t, err)
+	require.Equal(t, 2, rec.Attempts, "the row keeps both claims: a crash now leaves it uncertain")
+
+	_, ok := ahead{b: b, e: later[0].ahead}.take()
+	require.False(t, ok, "a spoiled claim made ahead does not stand")
+}

@@ -133,6 +133,9 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahea
 		if got, err = c.claims.claim(ref, body, durable); err != nil {
 			return dedup.Claimed{}, err
 		}
+		if got.Err() == nil && got.Record.State == dedup.StatePending && pre.unsentAhead(ref.Key, got.Record.Attempts) {
+			got.Record.Attempts-- // in this deposit's view; the row keeps its count
+		}
 	}
 	got.PriorOwner = pre.priorOwner(ref.Key, got.PriorOwner)
 	return got, got.Err()
