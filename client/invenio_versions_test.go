@@ -1,0 +1,127 @@
+package client
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/repotest"
+	"github.com/depositkit/deposit/target/invenio"
+)
+
+// invenioNewVersion is a line asking for a new version of record, with
+// metadata of its own.
+func invenioNewVersion(i int, record string) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"title":"Series %d, second release","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}},"access":{"record":"public","files":"public"},"deposit":{"new_version_of":%q}}`, i, record)
+}
+
+// publishFirstVersions deposits n datasets of one file each and returns their items and results by line.
+func publishFirstVersions(t *testing.T, s *repotest.InvenioServer, n int) ([]Item, map[int64]ItemResult) {
+	t.Helper()
+	its, _ := invenioDatasets(t, t.TempDir(), n, 1)
+	c := invenioClient(t, s, openStore(t), invenio.Target{}, fastRetry)
+	return its, runUntilSettled(t, c, its, 10)
+}
+
+// newVersionLines are one new-version line per first version, numbered
+// after them.
+func newVersionLines(first map[int64]ItemResult) []Item {
+	var its []Item
+	for line, r := range first {
+		its = append(its, Item{Line: 100 + line, Payload: invenioNewVersion(int(line), r.RecordID)})
+	}
+	slices.SortFunc(its, func(a, b Item) int { return int(a.Line - b.Line) })
+	return its
+}
+
+// requireOneNewVersionEach checks the server after the new-version lines
+// its settled with results got: each line's marker on exactly one record,
+// the second version of its first version's parent, published, carrying
+// that marker alone, with the first version's files; and no draft left.
+func requireOneNewVersionEach(t *testing.T, s *repotest.InvenioServer, its []Item, first, got map[int64]ItemResult) {
+	t.Helper()
+	recs := s.Records()
+	byID := map[string]repotest.InvenioRecord{}
+	for _, r := range recs {
+		byID[r.ID] = r
+		require.True(t, r.Published, "no draft left: %s (version %d) %v", r.ID, r.Version, r.Identifiers)
+	}
+	for _, it := range its {
+		res := got[it.Line]
+		require.NoError(t, res.Err, "line %d", it.Line)
+		v2, ok := byID[res.RecordID]
+		require.True(t, ok, "line %d: record %s", it.Line, res.RecordID)
+		v1 := byID[first[it.Line-100].RecordID]
+		require.Equal(t, v1.Parent, v2.Parent, "line %d: a version of the record it names", it.Line)
+		require.Equal(t, 2, v2.Version)
+		require.Len(t, v2.Identifiers, 1, "line %d: its own marker alone", it.Line)
+		require.True(t, strings.HasPrefix(v2.Identifiers[0], "urn:deposit:sha256:"))
+		require.NotEqual(t, v1.Identifiers, v2.Identifiers)
+		require.Equal(t, v2.DOI, res.Identifier)
+		require.Len(t, v2.Files, len(v1.Files), "line %d: the first version's files imported", it.Line)
+		for i, f := range v2.Files {
+			require.Equal(t, v1.Files[i].Checksum, f.Checksum)
+		}
+		var carrying int
+		for _, r := range recs {
+			if slices.Contains(r.Identifiers, v2.Identifiers[0]) {
+				carrying++
+			}
+		}
+		require.Equal(t, 1, carrying, "line %d: one record carries its marker", it.Line)
+	}
+	require.Len(t, recs, len(first)+len(its), "one new version per line, nothing else")
+}
+
+// New versions under faults at every step (the resolve, the new draft,
+// the marker, the import and the publish, dropped after they commit,
+// refused with 5xx, 429, 503; reads failing too): one new version per
+// line, each carrying only its own marker and the first version's files;
+// replays send nothing and make no version; a lost store, then a re-run,
+// makes no version either.
+func TestInvenioNewVersionOncePerLineUnderFaults(t *testing.T) {
+	for _, spec := range []string{
+		"nth=1:drop",
+		"nth=1:504",
+		"nth=1:500,nth=2:drop",
+		"drop=0.1,500=0.05,504=0.08,503=0.05,429=0.04,reset=0.03,reads",
+	} {
+		t.Run(spec, func(t *testing.T) {
+			s := startInvenioStub(t, repotest.InvenioConfig{Faults: spec, Seed: 11, IndexLag: 5 * time.Millisecond})
+			_, first := publishFirstVersions(t, s, 6)
+
+			its := newVersionLines(first)
+			dir := t.TempDir()
+			c := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), invenio.Target{}, fastRetry)
+			got := runUntilSettled(t, c, its, 12)
+			requireOneNewVersionEach(t, s, its, first, got)
+			st := s.Stats()
+			t.Logf("stats %+v", st)
+			require.Positive(t, st.Faults)
+			require.Equal(t, int64(len(its)), st.FileImports, "each import took effect once")
+
+			versions := s.Stats().Versions
+			for round := range 2 {
+				again := runUntilSettled(t, c, its, 1)
+				require.Zero(t, s.Stats().Versions-versions, "round %d", round)
+				for _, it := range its {
+					require.Equal(t, OutcomeReplayed, again[it.Line].Outcome, "round %d line %d", round, it.Line)
+					require.Equal(t, got[it.Line].Identifier, again[it.Line].Identifier)
+				}
+			}
+
+			lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), invenio.Target{}, fastRetry)
+			recovered := runUntilSettled(t, lost, its, 8)
+			for _, it := range its {
+				require.Equal(t, got[it.Line].Identifier, recovered[it.Line].Identifier, "line %d", it.Line)
+			}
+			require.Equal(t, versions, s.Stats().Versions, "no new version after replays or a lost store")
+			requireOneNewVersionEach(t, s, its, first, got)
+		})
+	}
+}
