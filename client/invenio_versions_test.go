@@ -125,3 +125,81 @@ func TestInvenioNewVersionOncePerLineUnderFaults(t *testing.T) {
 		})
 	}
 }
+
+// invenioSubmission is a line submitting record i to community.
+func invenioSubmission(i int, community string) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"title":"Series %d","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-11-30","resource_type":{"id":"dataset"}},"access":{"record":"public","files":"public"},"deposit":{"community":%q}}`, i, community)
+}
+
+// Community submissions under faults at every step (the draft, the
+// review, the submit, dropped after they commit, 5xx, 429, 503; reads
+// too): one review request per line, to its community, submitted once;
+// replays send nothing. A curator then accepts one and declines another:
+// neither a re-run nor a run on a lost store acts on it.
+func TestInvenioCommunitySubmissionOncePerLine(t *testing.T) {
+	for _, spec := range []string{
+		"nth=1:drop",
+		"nth=1:500,nth=2:drop",
+		"drop=0.1,500=0.05,504=0.08,503=0.05,429=0.04,reset=0.03,reads",
+	} {
+		t.Run(spec, func(t *testing.T) {
+			communities := []string{"c-1", "c-2"}
+			s := startInvenioStub(t, repotest.InvenioConfig{Faults: spec, Seed: 5, IndexLag: 5 * time.Millisecond, Communities: communities})
+			var its []Item
+			for i := range 6 {
+				its = append(its, Item{Line: int64(i + 1), Payload: invenioSubmission(i, communities[i%2])})
+			}
+			dir := t.TempDir()
+			c := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "a.db")), invenio.Target{}, fastRetry)
+			got := runUntilSettled(t, c, its, 12)
+			require.Positive(t, s.Stats().Faults)
+
+			reqs := requireOneSubmittedEach(t, s, its, got, communities)
+			st := s.Stats()
+			require.Equal(t, int64(len(its)), st.Submitted, "each request submitted once")
+			require.Equal(t, int64(len(its)), st.Reviews, "one review request per line")
+			require.Zero(t, st.Published)
+
+			require.NoError(t, s.AcceptReview(reqs[1]))
+			require.NoError(t, s.DeclineReview(reqs[2]))
+			again := runUntilSettled(t, c, its, 1)
+			for _, it := range its {
+				require.Equal(t, OutcomeReplayed, again[it.Line].Outcome)
+				require.Equal(t, got[it.Line].Identifier, again[it.Line].Identifier)
+			}
+			lost := invenioClient(t, s, openStoreAt(t, filepath.Join(dir, "b.db")), invenio.Target{}, fastRetry)
+			recovered := runUntilSettled(t, lost, its, 8)
+			for _, it := range its {
+				require.NoError(t, recovered[it.Line].Err, "line %d", it.Line)
+			}
+			after := s.Stats()
+			require.Equal(t, st.Submitted, after.Submitted, "nothing submitted again")
+			require.Equal(t, st.Reviews, after.Reviews, "no review request made again")
+			require.Equal(t, st.Drafts, after.Drafts)
+			require.Equal(t, int64(1), after.Published, "the accepted one alone")
+		})
+	}
+}
+
+// requireOneSubmittedEach checks that each line's draft has one review
+// request, to its community, submitted, and returns the requests by line.
+func requireOneSubmittedEach(t *testing.T, s *repotest.InvenioServer, its []Item, got map[int64]ItemResult, communities []string) map[int64]string {
+	t.Helper()
+	byRecord := map[string][]repotest.InvenioRequest{}
+	for _, q := range s.Requests() {
+		byRecord[q.Record] = append(byRecord[q.Record], q)
+	}
+	require.Len(t, s.Requests(), len(its), "one request per line")
+	out := map[int64]string{}
+	for _, it := range its {
+		r := got[it.Line]
+		require.NoError(t, r.Err, "line %d", it.Line)
+		require.Equal(t, r.RecordID, r.Identifier, "line %d: the record under review", it.Line)
+		qs := byRecord[r.RecordID]
+		require.Len(t, qs, 1, "line %d", it.Line)
+		require.Equal(t, "submitted", qs[0].Status)
+		require.Equal(t, communities[(it.Line-1)%2], qs[0].Community)
+		out[it.Line] = qs[0].ID
+	}
+	return out
+}

@@ -334,7 +334,7 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 	switch {
 	case opts.Community != "":
 		steps = append(steps, d.reviewStep(k.Key, opts.Community, 0), d.submitStep(k.Key, 0, len(steps)))
-		seeds = append(seeds, "", "")
+		seeds = append(seeds, "review", "")
 	case d.publish:
 		steps = append(steps, d.publishStep(k.Key, marker, 0, nil))
 		seeds = append(seeds, "")
