@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -202,4 +203,59 @@ func requireOneSubmittedEach(t *testing.T, s *repotest.InvenioServer, its []Item
 		out[it.Line] = qs[0].ID
 	}
 	return out
+}
+
+// Several lines making new versions of one record, in one process and in
+// two clients sharing a store, under faults: they run one at a time (the
+// record's serial lease), so none adopts another's draft; every line gets
+// a version of its own, carrying its marker alone.
+func TestInvenioNewVersionsOfOneRecordAreSerialised(t *testing.T) {
+	s := startInvenioStub(t, repotest.InvenioConfig{Faults: "nth=1:drop,500=0.05,503=0.05", Seed: 3, IndexLag: 5 * time.Millisecond})
+	_, first := publishFirstVersions(t, s, 1)
+	record := first[1].RecordID
+	var its []Item
+	for i := range 6 {
+		its = append(its, Item{Line: int64(i + 1), Payload: invenioNewVersion(i, record)})
+	}
+	path := filepath.Join(t.TempDir(), "deposit.db")
+	a := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
+	b := invenioClient(t, s, openStoreAt(t, path), invenio.Target{}, fastRetry)
+	results := make(chan map[int64]ItemResult, 2)
+	errs := make(chan error, 2)
+	for _, c := range []*Client{a, b} {
+		go func() {
+			got := map[int64]ItemResult{}
+			for range 12 {
+				sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{Concurrency: 4, OnResult: func(r ItemResult) { got[r.Line] = r }})
+				if err != nil || sum.Unresolved == 0 {
+					results <- got
+					errs <- err
+					return
+				}
+			}
+			results <- got
+			errs <- fmt.Errorf("still unresolved after 12 runs")
+		}()
+	}
+	var got []map[int64]ItemResult
+	for range 2 {
+		got = append(got, <-results)
+		require.NoError(t, <-errs)
+	}
+	byMarker := map[string]repotest.InvenioRecord{}
+	versions := map[int]bool{}
+	for _, r := range s.Records() {
+		require.True(t, r.Published, "no draft left: %s", r.ID)
+		require.Len(t, r.Identifiers, 1, "record %s carries one marker", r.ID)
+		_, twice := byMarker[r.Identifiers[0]]
+		require.False(t, twice, "marker %s on two records", r.Identifiers[0])
+		byMarker[r.Identifiers[0]] = r
+		versions[r.Version] = true
+	}
+	require.Len(t, byMarker, 1+len(its), "the first version and one per line")
+	require.Len(t, versions, 1+len(its), "versions 1 to %d", 1+len(its))
+	for _, it := range its {
+		require.NoError(t, got[0][it.Line].Err, "line %d", it.Line)
+		require.Equal(t, got[0][it.Line].Identifier, got[1][it.Line].Identifier, "line %d: both clients agree", it.Line)
+	}
 }

@@ -898,4 +898,5 @@ var (
 	_ driver.RequestPacer     = invenioDriver{}
 	_ driver.Seeder           = invenioDriver{}
 	_ driver.FileMD5er        = invenioDriver{}
+	_ driver.Serializer       = invenioDriver{}
 )

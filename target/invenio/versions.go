@@ -350,3 +350,30 @@ func (d invenioDriver) latestCheck(marker string) *driver.Check {
 		},
 	}
 }
+
+// SerialTarget names the store rows whose leases keep new versions of one
+// record from running at once.
+func (d invenioDriver) SerialTarget() string {
+	return driver.TargetName(protocol.Invenio+"-serial", d.endpoint)
+}
+
+// Serial is the record a new-version line names: InvenioRDM keeps one
+// draft open for a record's next version and answers every POST
+// .../versions with it, so two lines making new versions of one record at
+// once would share it. Lines that name the record by different ids (two
+// of its versions) are not told apart: name one id per record.
+func (d invenioDriver) Serial(k canonical.Keyed) string {
+	payload := k.Body
+	var doc struct {
+		Dataset  []driver.DatasetFile `json:"dataset"`
+		Metadata json.RawMessage      `json:"metadata"`
+	}
+	if json.Unmarshal(k.Body, &doc) == nil && len(doc.Dataset) > 0 {
+		payload = doc.Metadata
+	}
+	opts, _, err := splitOptions(payload)
+	if err != nil || opts.NewVersionOf == "" {
+		return ""
+	}
+	return "new-version " + opts.NewVersionOf
+}
