@@ -496,7 +496,10 @@ func (r *runDeposit) begin(ctx context.Context, s *step) (dedup.Record, error) {
 func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncertain bool) (string, error) {
 	c := r.c
 	req, err := s.Build(prior)
-	if err != nil {
+	switch {
+	case errors.Is(err, driver.ErrNotYet):
+		return "", fmt.Errorf("%w: %w", ErrUnresolved, err)
+	case err != nil:
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	req.Header = c.withUserHeader(req.Header)

@@ -200,7 +200,7 @@ func (d invenioDriver) Name() string {
 }
 
 func (d invenioDriver) StepTargets() []string {
-	t := []string{d.fileTarget(), d.recheckTarget(), d.latestTarget(), d.versionTarget(), d.markTarget(), d.reviewTarget()}
+	t := []string{d.fileTarget(), d.recheckTarget(), d.markTarget(), d.reviewTarget()}
 	if d.publish {
 		t = append(t, d.draftTarget())
 	}

@@ -74,13 +74,7 @@ func encodeJSON(v any) ([]byte, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
-// The store targets of a new version's steps and of a review.
-func (d invenioDriver) latestTarget() string {
-	return driver.TargetName(protocol.Invenio+"-latest", d.endpoint)
-}
-func (d invenioDriver) versionTarget() string {
-	return driver.TargetName(protocol.Invenio+"-version", d.endpoint)
-}
+// The store targets of a new version's marker step and of a review.
 func (d invenioDriver) markTarget() string {
 	return driver.TargetName(protocol.Invenio+"-mark", d.endpoint)
 }
@@ -110,7 +104,7 @@ func (d invenioDriver) versionLayout(k canonical.Keyed, dir string, files []driv
 	if err != nil {
 		return nil, nil, err
 	}
-	steps := []driver.Step{d.latestStep(k.Key, record, marker), d.newDraftStep(k.Key), d.markStep(k.Key, marker, withFiles, withoutFiles, len(files) > 0)}
+	steps := []driver.Step{d.latestStep(record, marker), d.newDraftStep(), d.markStep(k.Key, marker, withFiles, withoutFiles, len(files) > 0)}
 	seeds := []string{"", "", ""}
 	if len(files) == 0 {
 		steps = append(steps, d.importStep(k.Key))
@@ -156,13 +150,16 @@ func parseResolved(s string) (resolved, bool) {
 
 // latestStep resolves the latest version of record through the database
 // (GET .../versions/latest, a redirect to it; never a search, which lags).
-// A read changes nothing, so it is sent again as it is. A latest version
+// A read changes nothing, so it is sent again as it is, and it has no
+// store row: until the draft carries this line's marker, every attempt
+// resolves the latest version afresh, which another line may have
+// published meanwhile. A latest version
 // that carries this line's marker is this line's, published by a run whose
 // store is gone and that the scan did not show: the line fails rather
 // than make another version.
-func (d invenioDriver) latestStep(key, record, marker string) driver.Step {
+func (d invenioDriver) latestStep(record, marker string) driver.Step {
 	return driver.Step{
-		Label: "latest version", Target: d.latestTarget(), Key: key, Durable: true, Arbitrated: true,
+		Label: "latest version", Arbitrated: true,
 		Build: func([]string) (driver.Request, error) {
 			return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(record)+"/versions/latest", nil), Header: acceptJSON(), Full: true}, nil
 		},
@@ -191,12 +188,14 @@ func (d invenioDriver) latestStep(key, record, marker string) driver.Step {
 // newDraftStep opens the new version's draft. InvenioRDM answers a retry
 // with the draft already open (invenio-drafts-resources, service.py
 // new_version, next_draft_id), so an ambiguous answer is sent again as it
-// is; and the step is done before its draft can be published. Its
-// identifier is "ID MARKER...": the draft and the markers it carries,
-// which the next step compares with the version it was made from.
-func (d invenioDriver) newDraftStep(key string) driver.Step {
+// is. Like the resolve it has no store row: until the draft is re-marked,
+// every attempt asks again, so a draft another line adopted and published
+// meanwhile is never written to. Its identifier is "ID MARKER...": the
+// draft and the markers it carries, which the next step compares with the
+// version it was made from.
+func (d invenioDriver) newDraftStep() driver.Step {
 	return driver.Step{
-		Label: "new version", Target: d.versionTarget(), Key: key, Durable: true, Arbitrated: true,
+		Label: "new version", Arbitrated: true,
 		Build: func(prior []string) (driver.Request, error) {
 			latest, ok := parseResolved(prior[stepLatest])
 			if !ok {
@@ -240,8 +239,8 @@ func (d invenioDriver) markStep(key, marker string, withFiles, withoutFiles []by
 			}
 			id, carried := draft[0], draft[1:]
 			if !slices.Equal(carried, []string{marker}) && !slices.Equal(carried, latest.markers) {
-				return driver.Request{}, fmt.Errorf("invenio: the open draft %s of record %s carries the markers [%s], neither this line's %s nor those of the version it was made from [%s]: another deposit's draft, not adopted; publish or delete it (DELETE /api/records/%s/draft) and run again",
-					id, latest.id, strings.Join(carried, " "), marker, strings.Join(latest.markers, " "), id)
+				return driver.Request{}, fmt.Errorf("%w: invenio: the open draft %s of record %s carries the markers [%s], neither this line's %s nor those of the version it was made from [%s]: another deposit's draft, not adopted; run again once it is published, or delete it (DELETE /api/records/%s/draft)",
+					driver.ErrNotYet, id, latest.id, strings.Join(carried, " "), marker, strings.Join(latest.markers, " "), id)
 			}
 			body := withoutFiles
 			if dataset || latest.files {
@@ -302,6 +301,9 @@ func (d invenioDriver) importStep(key string) driver.Step {
 // none is absent; all committed is the import; a file still pending was
 // uploaded, not imported, so the draft is not as the line asks.
 func judgeImported(a driver.Answer) driver.Finding {
+	if a.Err == nil && a.Status == http.StatusNotFound {
+		return driver.Finding{Kind: driver.Foreign, Problem: "the draft is gone (published by another deposit, or deleted): " + invenioProblem(a.Body)}
+	}
 	if a.Err != nil || a.Status != http.StatusOK {
 		return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 	}
