@@ -72,6 +72,18 @@ import (
 // found nothing is searched for again by the next run, which reports a
 // duplicate the index lag hid.
 //
+// A payload may carry the reserved member "deposit", part of its key and
+// removed before it is sent: {"new_version_of":ID} makes the deposit a new
+// version of the published record ID (the latest version resolved through
+// GET .../versions/latest, the draft POST .../versions opens re-marked with
+// this deposit's marker in place of the inherited one, the previous files
+// imported unless the deposit has files of its own, then the publish); new
+// versions naming one ID run one at a time (driver.Serializer).
+// {"community":ID} submits the record to that community for review
+// instead of publishing it (PUT .../draft/review, then the accepted step
+// POST .../draft/actions/submit-review), done once the request is
+// submitted; its identifier is the record id.
+//
 // The payload is the draft's body ({"metadata":{...},"access":{...},...})
 // or, when it has no member "metadata", the metadata object alone. The
 // client sets files.enabled (true exactly when the dataset has files) and
@@ -397,7 +409,7 @@ func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, err
 // markerCheck searches the user's records and drafts for marker: one
 // record holding it exactly is the draft; two or more are a conflict.
 func (d invenioDriver) markerCheck(marker string) *driver.Check {
-	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}}
+	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}, "allversions": {"true"}}
 	return &driver.Check{
 		Settle: d.settle,
 		Build: func([]string) (driver.Request, error) {
