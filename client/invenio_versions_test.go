@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -257,5 +259,62 @@ func TestInvenioNewVersionsOfOneRecordAreSerialised(t *testing.T) {
 	for _, it := range its {
 		require.NoError(t, got[0][it.Line].Err, "line %d", it.Line)
 		require.Equal(t, got[0][it.Line].Identifier, got[1][it.Line].Identifier, "line %d: both clients agree", it.Line)
+	}
+}
+
+// invenioCall sends one authorised JSON request to the stub and returns
+// the answer's status and body.
+func invenioCall(t *testing.T, s *repotest.InvenioServer, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.API+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+invenioTestToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// An open draft of the record's next version that carries another
+// deposit's marker, or none while the version it came from carries one,
+// is reported and never written to: the line stays unresolved, the draft
+// as it was. Once that draft is gone, the line makes its version.
+func TestInvenioNewVersionNeverAdoptsAnotherDraft(t *testing.T) {
+	for name, identifiers := range map[string]string{
+		"another marker": `[{"scheme":"urn","identifier":"urn:deposit:sha256:0000000000000000000000000000000000000000000000000000000000000000"}]`,
+		"no marker":      `[]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := startInvenioStub(t, repotest.InvenioConfig{IndexLag: 5 * time.Millisecond})
+			_, first := publishFirstVersions(t, s, 1)
+			record := first[1].RecordID
+			status, draft := invenioCall(t, s, http.MethodPost, "/records/"+record+"/versions", "")
+			require.Equal(t, http.StatusCreated, status)
+			open := draft["id"].(string)
+			body := `{"metadata":{"title":"By hand","creators":[{"person_or_org":{"type":"personal","family_name":"Ruiz"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"},"identifiers":` + identifiers + `},"files":{"enabled":true}}`
+			status, _ = invenioCall(t, s, http.MethodPut, "/records/"+open+"/draft", body)
+			require.Equal(t, http.StatusOK, status)
+
+			its := []Item{{Line: 1, Payload: invenioNewVersion(1, record)}}
+			c := invenioClient(t, s, openStore(t), invenio.Target{}, fastRetry)
+			var got ItemResult
+			sum, err := c.Run(context.Background(), seqOf(its), BatchOptions{OnResult: func(r ItemResult) { got = r }})
+			require.NoError(t, err)
+			require.Equal(t, 1, sum.Unresolved)
+			require.ErrorIs(t, got.Err, ErrUnresolved)
+			require.Contains(t, got.Err.Error(), "another deposit's draft, not adopted")
+			_, after := invenioCall(t, s, http.MethodGet, "/records/"+open+"/draft", "")
+			require.Equal(t, "By hand", after["metadata"].(map[string]any)["title"], "the draft is left as it was")
+
+			status, _ = invenioCall(t, s, http.MethodDelete, "/records/"+open+"/draft", "")
+			require.Equal(t, http.StatusNoContent, status)
+			again := runUntilSettled(t, c, its, 1)
+			requireOneNewVersionEach(t, s, []Item{{Line: 101, Payload: its[0].Payload}}, first, map[int64]ItemResult{101: again[1]})
+		})
 	}
 }
