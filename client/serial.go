@@ -83,9 +83,22 @@ func (r *runDeposit) serialize(ctx context.Context, k canonical.Keyed) (context.
 	held, drop := c.leases.hold(ctx, ref)
 	return held, func() {
 		drop()
-		if err := c.store.Release(context.WithoutCancel(ctx), c.leases.lease.Owner, ref, true); err != nil {
-			c.leases.notReleased(err)
-		}
+		c.releaseSerial(context.WithoutCancel(ctx), ref, rec.Attempts)
 		unlock()
 	}, nil
+}
+
+// releaseSerial ends the lease on the serial row ref and removes the row,
+// which holds no outcome. Each claim of it counted an attempt (attempts
+// in all, one per owner that held it and died without letting go), and
+// each release with nothing sent takes one back; the row goes with the
+// last. Should another process claim the row meanwhile, the releases
+// left find it not this owner's and change nothing.
+func (c *Client) releaseSerial(ctx context.Context, ref dedup.Ref, attempts int) {
+	for range max(attempts, 1) {
+		if err := c.store.Release(ctx, c.leases.lease.Owner, ref, true); err != nil {
+			c.leases.notReleased(err)
+			return
+		}
+	}
 }

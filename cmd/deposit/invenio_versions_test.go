@@ -75,6 +75,9 @@ func TestKilledInvenioVersionsAndSubmissionsFinishExactlyOnce(t *testing.T) {
 	}
 	requireInvenioVersionsOnce(t, srv, firstRecords, 2)
 	requireInvenioSubmittedOnce(t, srv, submissions)
+	for _, row := range storeRows(t, db) {
+		require.False(t, strings.HasPrefix(row.Target, "invenio-serial "), "the serial rows of killed runs are gone: %+v", row)
+	}
 
 	keys := deposit(t, nil, "key", input)
 	require.Equal(t, exitDone, keys.code, keys.stderr)
