@@ -283,6 +283,7 @@ type Client struct {
 	answered atomic.Bool // the endpoint has sent at least one HTTP answer
 	warned   sync.Map    // warnings logged once: message -> true
 	seeds    seeding     // the scan of a server for a store that holds nothing
+	serials  serials     // the serial names this process's deposits hold
 }
 
 // New returns a Client for cfg. It checks the key settings against those the

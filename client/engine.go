@@ -144,6 +144,14 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 		return r.res, r.end, err
 	}
 
+	// What the deposit shares with others (driver.Serializer), taken
+	// before its own claim so that a deposit waiting for it holds nothing.
+	ctx, unserial, err := r.serialize(ctx, k)
+	if err != nil {
+		return r.res, r.end, err
+	}
+	defer unserial()
+
 	// The deposit's intent and its lease, claimed before its first request
 	// whichever step sends it, and held until the deposit ends.
 	ref := dedup.Ref{Target: r.primary.Target, Key: r.primary.Key}
@@ -488,7 +496,10 @@ func (r *runDeposit) begin(ctx context.Context, s *step) (dedup.Record, error) {
 func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncertain bool) (string, error) {
 	c := r.c
 	req, err := s.Build(prior)
-	if err != nil {
+	switch {
+	case errors.Is(err, driver.ErrNotYet):
+		return "", fmt.Errorf("%w: %w", ErrUnresolved, err)
+	case err != nil:
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	req.Header = c.withUserHeader(req.Header)

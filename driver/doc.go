@@ -151,6 +151,10 @@
 //     steps receive, and the text the key covers, which may leave out
 //     what an ignore pointer cannot reach (the clock inside Crossref's
 //     deposit XML).
+//   - [Serializer]: deposits whose keys differ but that must not run at
+//     once (new versions of one record, which share the server's one open
+//     draft) name what they share; the engine runs them one at a time,
+//     within a process by a lock and across processes by a lease.
 //   - [Prober]: client.NewProbe may probe the target, writing a record
 //     twice with its one conditional create and removing it after.
 //

@@ -160,3 +160,17 @@ type FileMD5er interface {
 type Prober interface {
 	ProbeRemoval(created Answer) (Request, error)
 }
+
+// Serializer is a Driver some of whose deposits must not run at once
+// although their keys differ: new versions of one InvenioRDM record share
+// the one draft the server keeps open for the record's next version.
+// Serial names what the deposit of k shares, "" for nothing. The engine
+// runs the unfinished deposits of one name one at a time: within a
+// process by a lock, across the processes sharing a store by a lease on
+// the row (SerialTarget, name), taken before the deposit's own claim and
+// held until its steps end. That row holds no outcome: it is removed when
+// its lease is released, and a dead owner's is taken over as any lease is.
+type Serializer interface {
+	SerialTarget() string
+	Serial(k canonical.Keyed) string
+}

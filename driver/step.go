@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"time"
@@ -58,7 +59,8 @@ type Step struct {
 
 	// Build returns the request; prior holds the identifiers of the
 	// deposit's earlier steps, in order ("" for a step that has none). An
-	// error is the deposit's (the engine reports it as invalid).
+	// error is the deposit's (the engine reports it as invalid), but for
+	// one wrapping [ErrNotYet].
 	Build func(prior []string) (Request, error)
 	// Judge classifies an answer to the request. It must be a pure
 	// function of the answer: it keeps no state between answers and does
@@ -89,6 +91,13 @@ type Step struct {
 	// miss, so a later run looks again.
 	Recheck string
 }
+
+// ErrNotYet is wrapped by a Build error that says the step cannot be sent
+// now because of what the server holds, not because of the payload (the
+// one draft a record's next version may have is another deposit's, still
+// open): nothing is sent, and the deposit is left unresolved, for a later
+// run to build again, rather than reported invalid.
+var ErrNotYet = errors.New("not yet")
 
 // Request is one HTTP request a step or a check sends. The engine adds the
 // caller's headers (never over one the driver [Driver.Guards]), retries it

@@ -72,6 +72,18 @@ import (
 // found nothing is searched for again by the next run, which reports a
 // duplicate the index lag hid.
 //
+// A payload may carry the reserved member "deposit", part of its key and
+// removed before it is sent: {"new_version_of":ID} makes the deposit a new
+// version of the published record ID (the latest version resolved through
+// GET .../versions/latest, the draft POST .../versions opens re-marked with
+// this deposit's marker in place of the inherited one, the previous files
+// imported unless the deposit has files of its own, then the publish); new
+// versions naming one ID run one at a time (driver.Serializer).
+// {"community":ID} submits the record to that community for review
+// instead of publishing it (PUT .../draft/review, then the accepted step
+// POST .../draft/actions/submit-review), done once the request is
+// submitted; its identifier is the record id.
+//
 // The payload is the draft's body ({"metadata":{...},"access":{...},...})
 // or, when it has no member "metadata", the metadata object alone. The
 // client sets files.enabled (true exactly when the dataset has files) and
@@ -200,7 +212,7 @@ func (d invenioDriver) Name() string {
 }
 
 func (d invenioDriver) StepTargets() []string {
-	t := []string{d.fileTarget(), d.recheckTarget()}
+	t := []string{d.fileTarget(), d.recheckTarget(), d.markTarget(), d.reviewTarget()}
 	if d.publish {
 		t = append(t, d.draftTarget())
 	}
@@ -280,7 +292,17 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 			return nil, nil, fmt.Errorf("invenio: %d files, but a record may have at most %d (Target.MaxFiles)", len(files), d.maxFiles)
 		}
 	}
+	opts, payload, err := splitOptions(payload)
+	if err != nil {
+		return nil, nil, err
+	}
 	marker := d.Marker(k)
+	switch {
+	case opts.NewVersionOf != "":
+		return d.versionLayout(k, dir, files, payload, opts.NewVersionOf, marker)
+	case opts.Community != "" && !d.publish:
+		return nil, nil, errors.New("invenio: a community submission is how the record gets published: a line naming a community needs publishing on")
+	}
 	body, err := invenioDraftBody(payload, marker, len(files) > 0)
 	if err != nil {
 		return nil, nil, err
@@ -317,12 +339,16 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 		if md5 == "" {
 			return nil, nil, fmt.Errorf("invenio: no MD5 for file %q (the keyer must be made WithFileMD5)", f.Path)
 		}
-		fs := d.fileSteps(k.Key, dir, f, md5, len(steps))
+		fs := d.fileSteps(k.Key, dir, f, md5, len(steps), 0)
 		steps = append(steps, fs...)
 		seeds = append(seeds, "completed", "md5:"+md5, "md5:"+md5)
 	}
-	if d.publish {
-		steps = append(steps, d.publishStep(k.Key))
+	switch {
+	case opts.Community != "":
+		steps = append(steps, d.reviewStep(k.Key, opts.Community, 0), d.submitStep(k.Key, 0, len(steps)))
+		seeds = append(seeds, "review", "")
+	case d.publish:
+		steps = append(steps, d.publishStep(k.Key, marker, 0, nil))
 		seeds = append(seeds, "")
 	}
 	return steps, seeds, nil
@@ -383,7 +409,7 @@ func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, err
 // markerCheck searches the user's records and drafts for marker: one
 // record holding it exactly is the draft; two or more are a conflict.
 func (d invenioDriver) markerCheck(marker string) *driver.Check {
-	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}}
+	q := url.Values{"q": {`metadata.identifiers.identifier:"` + marker + `"`}, "size": {"25"}, "allversions": {"true"}}
 	return &driver.Check{
 		Settle: d.settle,
 		Build: func([]string) (driver.Request, error) {
@@ -418,9 +444,10 @@ func (d invenioDriver) markerCheck(marker string) *driver.Check {
 	}
 }
 
-// fileSteps are the three steps of one file; at is the index of the first.
-func (d invenioDriver) fileSteps(key, dir string, f driver.DatasetFile, md5 string, at int) []driver.Step {
-	fs := fileSteps{d: d, f: f, key: key, at: at, want: "md5:" + md5,
+// fileSteps are the three steps of one file; at is the index of the
+// first, draftAt that of the step whose identifier is the draft's id.
+func (d invenioDriver) fileSteps(key, dir string, f driver.DatasetFile, md5 string, at, draftAt int) []driver.Step {
+	fs := fileSteps{d: d, f: f, key: key, at: at, draftAt: draftAt, want: "md5:" + md5,
 		label: "file " + strconv.Quote(f.Path), path: filepath.Join(dir, filepath.FromSlash(f.Path))}
 	return []driver.Step{fs.initStep(), fs.uploadStep(), fs.commitStep()}
 }
@@ -432,6 +459,7 @@ type fileSteps struct {
 	f           driver.DatasetFile
 	key         string
 	at          int    // the index of the first of the three steps
+	draftAt     int    // the index of the step whose identifier is the draft id
 	want        string // the checksum the entry must have: "md5:" + the keyed MD5
 	label, path string
 }
@@ -450,7 +478,7 @@ func (fs fileSteps) committed(prior []string) (string, bool) {
 func (fs fileSteps) entry(done func(status string) driver.Finding) *driver.Check {
 	return &driver.Check{
 		Build: func(prior []string) (driver.Request, error) {
-			return driver.Request{Method: http.MethodGet, URL: fs.d.fileURL(prior[0], fs.f.Path, ""), Header: acceptJSON(), Full: true}, nil
+			return driver.Request{Method: http.MethodGet, URL: fs.d.fileURL(prior[fs.draftAt], fs.f.Path, ""), Header: acceptJSON(), Full: true}, nil
 		},
 		Judge: func(a driver.Answer) driver.Finding {
 			if a.Err == nil && a.Status == http.StatusNotFound {
@@ -476,7 +504,7 @@ func (fs fileSteps) initStep() driver.Step {
 		Label: fs.label, Target: fs.d.fileTarget(), Key: fs.row("init"), Durable: true,
 		Build: func(prior []string) (driver.Request, error) {
 			body, _ := json.Marshal([]map[string]string{{"key": fs.f.Path}})
-			return driver.Request{Method: http.MethodPost, URL: fs.d.url("records/"+url.PathEscape(prior[0])+"/draft/files", nil), Header: jsonHeader(), Body: body}, nil
+			return driver.Request{Method: http.MethodPost, URL: fs.d.url("records/"+url.PathEscape(prior[fs.draftAt])+"/draft/files", nil), Header: jsonHeader(), Body: body}, nil
 		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
@@ -512,7 +540,7 @@ func (fs fileSteps) uploadStep() driver.Step {
 				}
 				return driver.SizedFile{File: fh, Size: fs.f.Size}, nil
 			}
-			return driver.Request{Method: http.MethodPut, URL: fs.d.fileURL(prior[0], fs.f.Path, "/content"), Header: h, Open: open, Size: fs.f.Size}, nil
+			return driver.Request{Method: http.MethodPut, URL: fs.d.fileURL(prior[fs.draftAt], fs.f.Path, "/content"), Header: h, Open: open, Size: fs.f.Size}, nil
 		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
@@ -545,7 +573,7 @@ func (fs fileSteps) commitStep() driver.Step {
 		Label: fs.label + " commit", Target: fs.d.fileTarget(), Key: fs.row("commit"), Durable: true,
 		Settled: fs.committed,
 		Build: func(prior []string) (driver.Request, error) {
-			return driver.Request{Method: http.MethodPost, URL: fs.d.fileURL(prior[0], fs.f.Path, "/commit"), Header: acceptJSON(), Full: true}, nil
+			return driver.Request{Method: http.MethodPost, URL: fs.d.fileURL(prior[fs.draftAt], fs.f.Path, "/commit"), Header: acceptJSON(), Full: true}, nil
 		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
@@ -571,19 +599,17 @@ func (fs fileSteps) commitStep() driver.Step {
 	}
 }
 
-// publishStep publishes the draft. Its identifier is the DOI the record was
-// published with, else the record id.
-func (d invenioDriver) publishStep(key string) driver.Step {
-	pid := func(body []byte, id string) string {
-		if doi, ok := driver.StringAt(body, []string{"/pids/doi/identifier"}); ok {
-			return doi
-		}
-		return id
+// publishStep publishes the draft whose id is the identifier of step
+// draftAt. Its identifier is the DOI the record was published with, else
+// the record id. check, when set, replaces the read-back of the record.
+func (d invenioDriver) publishStep(key, marker string, draftAt int, check *driver.Check) driver.Step {
+	if check == nil {
+		check = d.readBack(draftAt)
 	}
 	return driver.Step{
 		Label: "publish", Target: d.publishTarget(), Key: key, Primary: true, Durable: true,
 		Build: func(prior []string) (driver.Request, error) {
-			return driver.Request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[0])+"/draft/actions/publish", nil), Header: acceptJSON(), Full: true}, nil
+			return driver.Request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[draftAt])+"/draft/actions/publish", nil), Header: acceptJSON(), Full: true}, nil
 		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
@@ -598,30 +624,51 @@ func (d invenioDriver) publishStep(key string) driver.Step {
 				v.Problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.Problem
 			}
 			if v.Class == driver.Created {
-				v.ID = pid(a.Body, stringMember(a.Body, "id"))
+				v.ID = publishedID(a.Body, stringMember(a.Body, "id"))
+				if ms := hitOf(a.Body).markers(); len(ms) > 0 && !slices.Contains(ms, marker) {
+					// Another line's deposit took this draft over (two new
+					// versions of one record at once): not ours to claim.
+					v.Class, v.ID = driver.Terminal, ""
+					v.Problem = fmt.Sprintf("the draft published carries the marker %s, not this line's %s: another deposit shared the draft", strings.Join(ms, ", "), marker)
+				}
 			}
 			return v
 		},
-		Check: &driver.Check{
-			Build: func(prior []string) (driver.Request, error) {
-				return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[0]), nil), Header: acceptJSON(), Full: true}, nil
-			},
-			Judge: func(a driver.Answer) driver.Finding {
-				switch {
-				case a.Err == nil && a.Status == http.StatusOK:
-					var r struct {
-						ID        string `json:"id"`
-						Published bool   `json:"is_published"`
-					}
-					if json.Unmarshal(a.Body, &r) != nil || !r.Published {
-						return driver.Finding{Kind: driver.Absent}
-					}
-					return driver.Finding{Kind: driver.Present, ID: pid(a.Body, r.ID)}
-				case a.Err == nil && a.Status == http.StatusNotFound:
-					return driver.Finding{Kind: driver.Absent} // "not registered": never published
+		Check: check,
+	}
+}
+
+// publishedID is the identifier of a published record: its DOI, else its
+// id.
+func publishedID(body []byte, id string) string {
+	if doi, ok := driver.StringAt(body, []string{"/pids/doi/identifier"}); ok {
+		return doi
+	}
+	return id
+}
+
+// readBack reads the record of the draft whose id is the identifier of
+// step draftAt: published is present.
+func (d invenioDriver) readBack(draftAt int) *driver.Check {
+	return &driver.Check{
+		Build: func(prior []string) (driver.Request, error) {
+			return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[draftAt]), nil), Header: acceptJSON(), Full: true}, nil
+		},
+		Judge: func(a driver.Answer) driver.Finding {
+			switch {
+			case a.Err == nil && a.Status == http.StatusOK:
+				var r struct {
+					ID        string `json:"id"`
+					Published bool   `json:"is_published"`
 				}
-				return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
-			},
+				if json.Unmarshal(a.Body, &r) != nil || !r.Published {
+					return driver.Finding{Kind: driver.Absent}
+				}
+				return driver.Finding{Kind: driver.Present, ID: publishedID(a.Body, r.ID)}
+			case a.Err == nil && a.Status == http.StatusNotFound:
+				return driver.Finding{Kind: driver.Absent} // "not registered": never published
+			}
+			return driver.Finding{Kind: driver.Unknown, Class: invenioVerdict(a).Class, Problem: invenioProblem(a.Body)}
 		},
 	}
 }
@@ -680,13 +727,21 @@ func (d invenioDriver) SeedRows(k canonical.Keyed, steps []driver.Step, found []
 	if err != nil || len(seeds) != len(steps) {
 		return []driver.SeedRow{{Step: 0}}
 	}
-	rows := []driver.SeedRow{{Step: 0, ID: f.ID, Done: true}}
-	for i := 1; i < len(steps); i++ {
-		id := seeds[i]
-		if steps[i].Primary {
+	// The step that names the record id is done with it; a step before it
+	// (a new version's resolve and open) has no row, and every later one
+	// is done with the record published, else pending, to look first.
+	var rows []driver.SeedRow
+	for i, s := range steps {
+		id, done := seeds[i], f.Published
+		switch {
+		case s.RecordID:
+			id, done = f.ID, true
+		case s.Primary:
 			id = cmp.Or(f.PID, f.ID)
+		case id == "":
+			continue
 		}
-		rows = append(rows, driver.SeedRow{Step: i, ID: id, Done: f.Published})
+		rows = append(rows, driver.SeedRow{Step: i, ID: id, Done: done})
 	}
 	return rows
 }
@@ -708,6 +763,17 @@ type invenioHit struct {
 			Identifier string `json:"identifier"`
 		} `json:"doi"`
 	} `json:"pids"`
+	Files struct {
+		Enabled bool `json:"enabled"`
+	} `json:"files"`
+}
+
+// hitOf reads a record or draft answer as a hit; a body that is not one
+// reads as a hit with nothing in it.
+func hitOf(body []byte) invenioHit {
+	var h invenioHit
+	_ = json.Unmarshal(body, &h)
+	return h
 }
 
 // markers are the deposit markers the hit carries, each once.
@@ -844,4 +910,5 @@ var (
 	_ driver.RequestPacer     = invenioDriver{}
 	_ driver.Seeder           = invenioDriver{}
 	_ driver.FileMD5er        = invenioDriver{}
+	_ driver.Serializer       = invenioDriver{}
 )
