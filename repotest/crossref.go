@@ -968,9 +968,4 @@ func (s *CrossrefServer) Records() []CrossrefRecord { return s.c.Records() }
 
 // Close ends every wait, closes the listener and every connection, and
 // waits for the handlers to return. Close is idempotent.
-func (s *CrossrefServer) Close() {
-	if s.lo.shut() {
-		_ = s.c.Close()
-		s.lo.drain()
-	}
-}
+func (s *CrossrefServer) Close() { s.lo.close(s.c.Close, nil) }

@@ -584,9 +584,4 @@ func (s *DataCiteServer) DOIs() []DataCiteDOI { return s.d.DOIs() }
 
 // Close ends every wait, closes the listener and every connection, and
 // waits for the handlers to return. Close is idempotent.
-func (s *DataCiteServer) Close() {
-	if s.lo.shut() {
-		_ = s.d.Close()
-		s.lo.drain()
-	}
-}
+func (s *DataCiteServer) Close() { s.lo.close(s.d.Close, nil) }

@@ -1383,9 +1383,4 @@ func (s *DataverseServer) Datasets() []DataverseDataset { return s.dv.Datasets()
 
 // Close ends every wait, closes the listener and every connection, and
 // waits for the handlers to return. Close is idempotent.
-func (s *DataverseServer) Close() {
-	if s.lo.shut() {
-		_ = s.dv.Close()
-		s.lo.drain()
-	}
-}
+func (s *DataverseServer) Close() { s.lo.close(s.dv.Close, nil) }

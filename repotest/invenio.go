@@ -559,12 +559,8 @@ func (iv *Invenio) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sum := sha256.Sum256(raw)
-	ft, answered := iv.fault(w, "create", hex.EncodeToString(sum[:]), false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "create", hex.EncodeToString(sum[:]))
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -629,12 +625,8 @@ func (iv *Invenio) updateDraft(w http.ResponseWriter, r *http.Request, id string
 		ivError(w, http.StatusBadRequest, "Invalid JSON: the body must be an object.")
 		return
 	}
-	ft, answered := iv.fault(w, "update", id, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "update", id)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -846,12 +838,8 @@ func (iv *Invenio) initFiles(w http.ResponseWriter, r *http.Request, id string) 
 		ivError(w, http.StatusBadRequest, "Invalid JSON: want a list of {\"key\": ...}.")
 		return
 	}
-	ft, answered := iv.fault(w, "file-init", id+"/"+strings.Join(keys, "\x00"), false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "file-init", id+"/"+strings.Join(keys, "\x00"))
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -1006,12 +994,8 @@ func (iv *Invenio) upload(w http.ResponseWriter, r *http.Request, id, key string
 
 // commit serves POST /api/records/{id}/draft/files/{key}/commit.
 func (iv *Invenio) commit(w http.ResponseWriter, r *http.Request, id, key string) {
-	ft, answered := iv.fault(w, "commit", id+"/"+key, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "commit", id+"/"+key)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -1285,6 +1269,21 @@ func (iv *Invenio) fault(w http.ResponseWriter, class, key string, late bool) (f
 	return iv.inj.early(w, class, key)
 }
 
+// admitWrite draws the fault of a write (class, key) that answers before
+// anything commits, then waits out the stub's latency: ok is false when
+// the request is answered already (a fault, or a stub closing meanwhile).
+func (iv *Invenio) admitWrite(w http.ResponseWriter, class, key string) (ft fault, ok bool) {
+	ft, answered := iv.fault(w, class, key, false)
+	if answered {
+		return ft, false
+	}
+	if !iv.inj.delay() {
+		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+		return ft, false
+	}
+	return ft, true
+}
+
 // finish writes a JSON answer, unless ft drops or trickles it.
 func (iv *Invenio) finish(w http.ResponseWriter, r *http.Request, ft fault, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
@@ -1516,9 +1515,4 @@ func (s *InvenioServer) Records() []InvenioRecord { return s.iv.Records() }
 
 // Close ends every wait, closes the listener and every connection, and
 // waits for the handlers to return. Close is idempotent.
-func (s *InvenioServer) Close() {
-	if s.lo.shut() {
-		_ = s.iv.Close()
-		s.lo.drain()
-	}
-}
+func (s *InvenioServer) Close() { s.lo.close(s.iv.Close, nil) }

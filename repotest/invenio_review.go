@@ -179,12 +179,8 @@ func (iv *Invenio) putReview(w http.ResponseWriter, r *http.Request, id string) 
 	typ, _ := doc["type"].(string)
 	receiver, _ := doc["receiver"].(map[string]any)
 	community, _ := receiver["community"].(string)
-	ft, answered := iv.fault(w, "review", id, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "review", id)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -314,12 +310,8 @@ func (iv *Invenio) submitReview(w http.ResponseWriter, r *http.Request, id strin
 			return
 		}
 	}
-	ft, answered := iv.fault(w, "submit-review", id, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "submit-review", id)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()

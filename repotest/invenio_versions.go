@@ -92,12 +92,8 @@ func (rec *ivRecord) parentDoc(withReview bool) map[string]any {
 // of the next version, or with the one already open (the server's own
 // arbitration of a retry). {id} may be any published version.
 func (iv *Invenio) newVersion(w http.ResponseWriter, r *http.Request, id string) {
-	ft, answered := iv.fault(w, "new-version", id, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "new-version", id)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()
@@ -165,12 +161,8 @@ func deepCopyJSON(v any) any {
 // services/records/components/base.py, import_files), so a retry after a
 // lost answer is refused too.
 func (iv *Invenio) importFiles(w http.ResponseWriter, r *http.Request, id string) {
-	ft, answered := iv.fault(w, "files-import", id, false)
-	if answered {
-		return
-	}
-	if !iv.inj.delay() {
-		ivError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := iv.admitWrite(w, "files-import", id)
+	if !ok {
 		return
 	}
 	iv.mu.Lock()

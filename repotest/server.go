@@ -47,12 +47,7 @@ func (s *Server) Records() []Record { return s.h.Records() }
 
 // Close closes the listener and every connection, blocks until all requests in
 // progress have returned, and closes the store. Close is idempotent.
-func (s *Server) Close() {
-	if s.lo.shut() {
-		s.lo.drain()
-		_ = s.h.Close()
-	}
-}
+func (s *Server) Close() { s.lo.close(nil, s.h.Close) }
 
 // loopback serves an http.Handler on 127.0.0.1 with a random port, for the
 // servers of this package. It tracks the requests in flight so that closing can
@@ -108,6 +103,23 @@ func (lo *loopback) shut() bool {
 	}
 	lo.closed = true
 	return true
+}
+
+// close shuts lo once: first ends what the requests in flight may wait for
+// (an API stub's Close), then the listener and every connection are closed
+// and those requests waited for, then last runs (closing a store they
+// use). Either may be nil; a later call does nothing.
+func (lo *loopback) close(first, last func() error) {
+	if !lo.shut() {
+		return
+	}
+	if first != nil {
+		_ = first()
+	}
+	lo.drain()
+	if last != nil {
+		_ = last()
+	}
 }
 
 // drain closes the listener and every connection, waits for the requests in
