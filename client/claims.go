@@ -133,7 +133,7 @@ func (c *Client) claim(ctx context.Context, ref dedup.Ref, body []byte, pre ahea
 		if got, err = c.claims.claim(ref, body, durable); err != nil {
 			return dedup.Claimed{}, err
 		}
-		if got.Err() == nil && got.Record.State == dedup.StatePending && pre.unsentAhead(ref.Key, got.Record.Attempts) {
+		if got.Err() == nil && got.Record.State == dedup.StatePending && got.Record.Attempts > 1 && pre.unsentAhead(ref.Key, got.Record.Attempts) {
 			got.Record.Attempts-- // in this deposit's view; the row keeps its count
 		}
 	}
