@@ -156,7 +156,8 @@ type FileMD5er interface {
 // that a probe (client.NewProbe) can ask whether the server honours the
 // condition: the probe writes a record twice with that step's request,
 // judges both answers with its Judge, and then removes the record with
-// the request ProbeRemoval returns, given the answer that created it.
+// the request ProbeRemoval returns, given the answer that created it or,
+// when that answer was lost, the answer to a GET of the record's URL.
 type Prober interface {
 	ProbeRemoval(created Answer) (Request, error)
 }

@@ -14,6 +14,9 @@
 // If-None-Match answers 428; with Config.VerifyKey a key that is not the SHA-256 of
 // the body answers 422. GET /{key} reads a record back: 200 with
 // {"identifier","key","created","metadata"}, metadata being the stored body, or 404.
+// DELETE /{key} removes the record (every version of it, under
+// IgnoreIfNoneMatch): 204, or 404 when there is none (Stats.Deletes); a PUT
+// to the key then creates it anew, and its identifier is never minted again.
 //
 // Under ProtocolIdempotencyKey, POST to URL (or any path: the path names the
 // resource) with an Idempotency-Key Structured Field string creates a record and
@@ -73,7 +76,9 @@
 // counts in Stats.Requests but not as an attempt. A drop or slow fault applies to
 // the answer of the create step (201, 200, 412, a replayed hit); validation errors
 // (400, 415, 422, 428) and genuine 409s are answered plainly. Under put, an
-// attempt is any PUT to the key; with "reads", GETs of a key are numbered apart.
+// attempt is any PUT to the key; with "reads", GETs of a key are numbered apart,
+// and DELETEs of a key are always numbered apart from its PUTs: a drop removes
+// the record, then hangs up.
 //
 // Note that Go's http.Transport itself retries, once and silently, a request that
 // carries an Idempotency-Key header when a reused connection closes before any
@@ -101,8 +106,8 @@
 //
 // It is one process with every record also in memory, not a repository: no
 // authentication scheme beyond one fixed Authorization value, no users (IRI keys
-// results per user; here all clients share one key space), no versions, updates,
-// deletes or ETags, no file uploads or multipart bodies, no metadata validation
+// results per user; here all clients share one key space), no versions, updates
+// or ETags, no deletes but of a whole record under put, no file uploads or multipart bodies, no metadata validation
 // beyond "is JSON", no HTTP/2 (a drop then aborts the stream), no TLS, no rate
 // limiting other than injected 429s, no partial writes or torn records, no
 // clock skew in Retry-After dates, and no crash between commit and store (the

@@ -35,6 +35,27 @@ func TestDurableRecordsSurviveARestart(t *testing.T) {
 	require.Equal(t, int64(0), s.Stats().Duplicates)
 }
 
+func TestDurableDeleteOutlivesARestartAndFreesNoIdentifier(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "serve.db")
+	s := startServer(t, Config{DBPath: db, Seed: 3})
+	c := s.Client()
+	kept := mustSend(t, c, "PUT", s.URL+"/kept", `{"title":"a"}`, inm, "*")
+	removed := mustSend(t, c, "PUT", s.URL+"/removed", `{"title":"b"}`, inm, "*")
+	require.Equal(t, http.StatusNoContent, mustSend(t, c, "DELETE", s.URL+"/removed", "").status)
+	s.Close()
+
+	s = startServer(t, Config{DBPath: db, Seed: 3})
+	c = s.Client()
+	require.Len(t, s.Records(), 1)
+	require.Equal(t, field(t, kept.body, "identifier"), s.Records()[0].Identifier)
+	requireProblem(t, http.StatusNotFound, mustSend(t, c, "GET", s.URL+"/removed", ""))
+	// The deleted record held the last number: a new one must not get its identifier.
+	fresh := mustSend(t, c, "PUT", s.URL+"/fresh", `{"title":"c"}`, inm, "*")
+	require.Equal(t, http.StatusCreated, fresh.status)
+	require.NotEqual(t, field(t, removed.body, "identifier"), field(t, fresh.body, "identifier"))
+	require.Equal(t, int64(2), s.Stats().Records)
+}
+
 func TestDurableIdempotencyKeyStillReplaysAfterARestart(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "serve.db")
 	cfg := Config{Protocol: ProtocolIdempotencyKey, DBPath: db}

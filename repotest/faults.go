@@ -19,8 +19,9 @@ var ErrFaultSpec = errors.New("repotest: bad fault spec")
 
 // FaultsHelp describes the fault grammar; `deposit serve --help` prints it.
 const FaultsHelp = `Fault spec: comma-separated rules, applied to writes: creates (PUT or POST),
-and under a stub with several steps each of them (file uploads and commits, new
-versions, publishes, reviews, Crossref uploads).
+the reference repository's deletes (DELETE), and under a stub with several steps
+each of them (file uploads and commits, new versions, publishes, reviews,
+Crossref uploads).
 
   drop=P          commit the record, then close the connection without answering
   reset=P         close the connection without answering and without committing

@@ -142,6 +142,7 @@ type Stats struct {
 	Faults     int64 `json:"faults"`     // faults injected, all kinds
 	Duplicates int64 `json:"duplicates"` // created records whose key, Idempotency-Key or body matched an earlier record
 	Records    int64 `json:"records"`    // records held now
+	Deletes    int64 `json:"deletes"`    // records removed by a DELETE (put)
 	// Throttled counts writes answered 429 for exceeding Config.RateLimit.
 	Throttled int64 `json:"throttled"`
 	// Overlaps counts writes that arrived for a key while another write for
@@ -168,6 +169,7 @@ type Handler struct {
 	closed  bool
 	records []Record
 	meta    []recordMeta
+	seq     int64            // the last record's sequence number: identifiers are minted from it
 	byKey   map[string][]int // put: key; idempotency-key: path + "\x00" + key -> record indexes
 	byBody  map[string]int   // duplicate fingerprint -> records with it
 	locks   map[string]lock
@@ -225,11 +227,12 @@ func NewHandler(cfg Config) (*Handler, error) {
 		if h.disk, err = openDisk(cfg.DBPath); err != nil {
 			return nil, err
 		}
-		recs, err := h.disk.load()
+		recs, seq, err := h.disk.load()
 		if err != nil {
 			_ = h.disk.close()
 			return nil, err
 		}
+		h.seq = seq
 		for _, r := range recs {
 			full, dup, _ := fingerprints(r.Body, cfg.DuplicateIgnore)
 			h.add(r, recordMeta{full: full, dup: dup})
@@ -367,7 +370,7 @@ func (a *answerWatch) Flush() { _ = http.NewResponseController(a.ResponseWriter)
 
 func (a *answerWatch) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
-// servePut serves PUT /{key} and GET /{key}.
+// servePut serves PUT, GET and DELETE /{key}.
 func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimPrefix(r.URL.Path, "/")
 	if key == "" || strings.Contains(key, "/") {
@@ -378,9 +381,12 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet, http.MethodHead:
 		h.serveGet(w, r, key)
 		return
+	case http.MethodDelete:
+		h.serveDelete(w, r, key)
+		return
 	case http.MethodPut:
 	default:
-		problem(w, http.StatusMethodNotAllowed, "use PUT to create and GET to read", http.Header{"Allow": {"GET, HEAD, PUT"}})
+		problem(w, http.StatusMethodNotAllowed, "use PUT to create, GET to read and DELETE to remove", http.Header{"Allow": {"DELETE, GET, HEAD, PUT"}})
 		return
 	}
 	body, ok := readBody(w, r, h.cfg.MaxBodyBytes)
@@ -464,6 +470,55 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 		Metadata   json.RawMessage `json:"metadata"`
 	}{rec.Identifier, rec.Key, rec.Created, rec.Body})
 	h.inj.finish(w, r, ft, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, out)
+}
+
+// serveDelete removes the record of key under put, every version of it
+// (IgnoreIfNoneMatch): 204, or 404 when there is none. Its faults are drawn
+// apart from the creates' ("delete"), so that removing a record does not
+// shift the faults its creates meet; a drop removes the record, then hangs
+// up.
+func (h *Handler) serveDelete(w http.ResponseWriter, r *http.Request, key string) {
+	ft, answered := h.inj.early(w, "delete", key)
+	if answered {
+		return
+	}
+	h.mu.Lock()
+	found, err := h.remove(key)
+	h.mu.Unlock()
+	switch {
+	case err != nil:
+		problem(w, http.StatusInternalServerError, err.Error(), nil)
+	case found || ft.kind == kindDrop:
+		h.inj.finish(w, r, ft, http.StatusNoContent, nil, nil)
+	default:
+		problem(w, http.StatusNotFound, "no record has this key", nil)
+	}
+}
+
+// remove deletes every record of key (put) and reports whether there was
+// one. The indexes are rebuilt from the records kept. h.mu is held.
+func (h *Handler) remove(key string) (bool, error) {
+	if h.closed {
+		return false, errors.New("the server is closed")
+	}
+	if len(h.byKey[key]) == 0 {
+		return false, nil
+	}
+	if h.disk != nil {
+		if err := h.disk.remove(key); err != nil {
+			return false, err
+		}
+	}
+	recs, meta := h.records, h.meta
+	h.records, h.meta, h.byKey, h.byBody = nil, nil, map[string][]int{}, map[string]int{}
+	for i, r := range recs {
+		if r.Key == key {
+			h.stats.Deletes++
+			continue
+		}
+		h.add(r, meta[i])
+	}
+	return true, nil
 }
 
 // servePost serves POST {path} with an Idempotency-Key.
@@ -594,7 +649,7 @@ func (h *Handler) create(r Record, m recordMeta, indexKey string) (Record, error
 	if h.closed {
 		return Record{}, errors.New("the server is closed")
 	}
-	seq := int64(len(h.records) + 1)
+	seq := h.seq + 1
 	r.Identifier = mint(h.cfg.Seed, uint64(seq))
 	r.Created = h.now().UTC()
 	if h.disk != nil {
@@ -602,6 +657,7 @@ func (h *Handler) create(r Record, m recordMeta, indexKey string) (Record, error
 			return Record{}, err
 		}
 	}
+	h.seq = seq
 	h.stats.Creates++
 	if (indexKey != "" && len(h.byKey[indexKey]) > 0) || h.byBody[m.dup] > 0 {
 		h.stats.Duplicates++

@@ -72,7 +72,8 @@ func TestPutRefusals(t *testing.T) {
 		{"absent record is 404", Config{}, "GET", "/nothing", "", nil, 404},
 		{"nested path is 404", Config{}, "PUT", "/a/b", body, []string{inm, "*"}, 404},
 		{"root is 404", Config{}, "PUT", "/", body, []string{inm, "*"}, 404},
-		{"DELETE is 405", Config{}, "DELETE", "/k", "", nil, 405},
+		{"DELETE of an absent record is 404", Config{}, "DELETE", "/k", "", nil, 404},
+		{"POST is 405", Config{}, "POST", "/k", body, nil, 405},
 		{"no credentials is 401", Config{Authorization: "Bearer s3"}, "PUT", "/k", body, []string{inm, "*"}, 401},
 		{"wrong credentials is 403", Config{Authorization: "Bearer s3"}, "PUT", "/k", body, []string{inm, "*", "Authorization", "Bearer no"}, 403},
 	}
@@ -94,8 +95,46 @@ func TestPutRefusals(t *testing.T) {
 	})
 	t.Run("405 names the allowed methods", func(t *testing.T) {
 		s := startServer(t, Config{})
-		require.Equal(t, "GET, HEAD, PUT", mustSend(t, s.Client(), "POST", s.URL+"/k", body).header.Get("Allow"))
+		require.Equal(t, "DELETE, GET, HEAD, PUT", mustSend(t, s.Client(), "POST", s.URL+"/k", body).header.Get("Allow"))
 	})
+}
+
+func TestPutDeleteRemovesTheRecordAndItsIdentifierIsNotMintedAgain(t *testing.T) {
+	s := startServer(t, Config{})
+	c := s.Client()
+	first := mustSend(t, c, "PUT", s.URL+"/k", `{"title":"a"}`, inm, "*")
+	require.Equal(t, http.StatusCreated, first.status)
+	require.Equal(t, http.StatusCreated, mustSend(t, c, "PUT", s.URL+"/other", `{"title":"b"}`, inm, "*").status)
+
+	gone := mustSend(t, c, "DELETE", s.URL+"/k", "")
+	require.Equal(t, http.StatusNoContent, gone.status)
+	require.Empty(t, gone.body)
+	requireProblem(t, http.StatusNotFound, mustSend(t, c, "GET", s.URL+"/k", ""))
+	requireProblem(t, http.StatusNotFound, mustSend(t, c, "DELETE", s.URL+"/k", ""))
+	require.Len(t, s.Records(), 1)
+	require.Equal(t, "other", s.Records()[0].Key)
+
+	again := mustSend(t, c, "PUT", s.URL+"/k", `{"title":"a"}`, inm, "*")
+	require.Equal(t, http.StatusCreated, again.status, "the key is free again")
+	require.NotEqual(t, field(t, first.body, "identifier"), field(t, again.body, "identifier"))
+	st := s.Stats()
+	require.Equal(t, int64(1), st.Deletes)
+	require.Equal(t, int64(2), st.Records)
+	require.Equal(t, int64(0), st.Duplicates, "a record made again after its deletion is no duplicate")
+}
+
+func TestPutDeleteFaultsAreDrawnApartFromTheCreates(t *testing.T) {
+	s := startServer(t, Config{Faults: "nth=1:drop"})
+	c := s.Client()
+	_, err := send(c, "PUT", s.URL+"/k", `{"title":"a"}`, inm, "*")
+	require.Error(t, err, "the first PUT of the key is dropped after commit")
+	require.Equal(t, http.StatusPreconditionFailed, mustSend(t, c, "PUT", s.URL+"/k", `{"title":"a"}`, inm, "*").status)
+
+	_, err = send(c, "DELETE", s.URL+"/k", "")
+	require.Error(t, err, "the first DELETE of the key is dropped after it removed the record")
+	require.Empty(t, s.Records())
+	requireProblem(t, http.StatusNotFound, mustSend(t, c, "DELETE", s.URL+"/k", ""))
+	require.Equal(t, int64(2), s.Stats().FaultsByKind["drop"])
 }
 
 func TestPutIgnoringIfNoneMatchCreatesDuplicateVersions(t *testing.T) {

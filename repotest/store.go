@@ -31,7 +31,8 @@ CREATE TABLE records (
 );`
 
 // diskStore persists records in a SQLite file. The handler keeps every record in
-// memory as well and serializes writes, so the file is written only on create.
+// memory as well and serializes writes, so the file is written only on create
+// and delete.
 type diskStore struct {
 	db *sql.DB
 }
@@ -88,11 +89,16 @@ func identify(path string) (fresh bool, err error) {
 	}
 }
 
-// load returns every stored record in creation order.
-func (d *diskStore) load() ([]Record, error) {
-	rows, err := d.db.Query(`SELECT key, path, identifier, body, created_ns FROM records ORDER BY seq`)
+// load returns every stored record in creation order, and the last
+// sequence number given (0 for none), which a deleted record may hold.
+func (d *diskStore) load() ([]Record, int64, error) {
+	var last int64
+	if err := d.db.QueryRow(`SELECT COALESCE(MAX(seq), 0) FROM records`).Scan(&last); err != nil {
+		return nil, 0, fmt.Errorf("repotest: load records: %w", err)
+	}
+	rows, err := d.db.Query(`SELECT key, path, identifier, body, created_ns FROM records WHERE path <> '' ORDER BY seq`)
 	if err != nil {
-		return nil, fmt.Errorf("repotest: load records: %w", err)
+		return nil, 0, fmt.Errorf("repotest: load records: %w", err)
 	}
 	defer rows.Close()
 	var out []Record
@@ -100,23 +106,33 @@ func (d *diskStore) load() ([]Record, error) {
 		var r Record
 		var ns int64
 		if err := rows.Scan(&r.Key, &r.Path, &r.Identifier, &r.Body, &ns); err != nil {
-			return nil, fmt.Errorf("repotest: load records: %w", err)
+			return nil, 0, fmt.Errorf("repotest: load records: %w", err)
 		}
 		r.Created = time.Unix(0, ns).UTC()
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("repotest: load records: %w", err)
+		return nil, 0, fmt.Errorf("repotest: load records: %w", err)
 	}
-	return out, nil
+	return out, last, nil
 }
 
-// insert persists one record; seq is its position in creation order (1-based).
+// insert persists one record; seq is its number in creation order (1-based).
 func (d *diskStore) insert(seq int64, r Record) error {
 	_, err := d.db.Exec(`INSERT INTO records (seq, key, path, identifier, body, created_ns) VALUES (?, ?, ?, ?, ?, ?)`,
 		seq, r.Key, r.Path, r.Identifier, r.Body, r.Created.UnixNano())
 	if err != nil {
 		return fmt.Errorf("repotest: store record: %w", err)
+	}
+	return nil
+}
+
+// remove deletes every record of key. Each row stays, emptied, with no
+// path (which every record has), so that its sequence number and
+// identifier are never given again.
+func (d *diskStore) remove(key string) error {
+	if _, err := d.db.Exec(`UPDATE records SET key = '', path = '', body = X'' WHERE key = ? AND path <> ''`, key); err != nil {
+		return fmt.Errorf("repotest: delete record: %w", err)
 	}
 	return nil
 }

@@ -23,7 +23,13 @@ const probeAbout = `Checks, before a real batch, whether the endpoint refuses a 
 conditional create of the same record: the server's own guard against
 duplicates. It writes one clearly named record (deposit-probe- and 16 random
 hex digits, under the endpoint) twice, then deletes it where the server
-allows. Without --yes it only says what it would write.
+allows, and says so when it does not. Without --yes it only says what it
+would write.
+
+Each request is retried as deposit run retries it (up to 20 attempts within
+2 minutes, Retry-After honoured): a write whose answer was lost is sent again
+as the same conditional create, so the probe never writes the record twice
+where the server honours the condition.
 
 On a repository that mints identifiers (DOIs), the probe record is a real
 record that may not be deletable: probe its test instance instead.`
@@ -33,8 +39,8 @@ const probeNotes = `Verdicts and exit status:
   1  created twice: the server ignores If-None-Match; only the local store
      (--db of deposit run) prevents duplicates
   2  nothing written (no --yes), a usage error, or an answer that is neither
-     (credentials, a wrong endpoint, a missing collection, a server error),
-     explained
+     (credentials, a wrong endpoint, a missing collection, a server error
+     that outlasted the retries), explained
 
 Environment:
   DEPOSIT_ENDPOINT       used when --endpoint is not given
@@ -106,11 +112,14 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 
 	rep, err := p.Run(ctx)
 	fmt.Fprintf(s.stdout, "probe record: %s\n", rep.URL)
-	if rep.First != 0 {
-		fmt.Fprintf(s.stdout, "  first write:  %s\n", statusLine(rep.First))
+	if len(rep.FirstTries) > 0 {
+		fmt.Fprintf(s.stdout, "  first write:  %s\n", triesLine(rep.FirstTries))
+		if rep.FirstFound {
+			fmt.Fprintf(s.stdout, "                (the attempt whose answer was lost made the record)\n")
+		}
 	}
-	if rep.Second != 0 {
-		fmt.Fprintf(s.stdout, "  second write: %s\n", statusLine(rep.Second))
+	if len(rep.SecondTries) > 0 {
+		fmt.Fprintf(s.stdout, "  second write: %s\n", triesLine(rep.SecondTries))
 	}
 	code = exitStop
 	switch {
@@ -134,8 +143,14 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 		code = exitFailed
 	}
 	switch {
+	case rep.Deleted && rep.DeleteStatus == 0:
+		fmt.Fprintf(s.stdout, "no probe record was left.\n")
 	case rep.Deleted:
 		fmt.Fprintf(s.stdout, "deleted the probe record.\n")
+	case rep.DeleteRefused && (rep.DeleteStatus == http.StatusUnauthorized || rep.DeleteStatus == http.StatusForbidden):
+		fmt.Fprintf(s.stdout, "the probe record stays: these credentials may not delete it (DELETE answered %s): %s\n", statusLine(rep.DeleteStatus), rep.URL)
+	case rep.DeleteRefused:
+		fmt.Fprintf(s.stdout, "the probe record stays: the server does not allow deleting it (DELETE answered %s): %s\n", statusLine(rep.DeleteStatus), rep.URL)
 	case rep.DeleteProblem != "":
 		fmt.Fprintf(s.stdout, "could not delete the probe record (%s): remove %s yourself.\n", rep.DeleteProblem, rep.URL)
 	}
@@ -145,4 +160,24 @@ func probeCmd(ctx context.Context, args []string, s streams) int {
 // statusLine is "201 Created".
 func statusLine(status int) string {
 	return fmt.Sprintf("%d %s", status, http.StatusText(status))
+}
+
+// triesLine is the answers to a write's attempts, in order, a run of
+// the same answer counted: "2 times 503 Service Unavailable, then 201
+// Created".
+func triesLine(tries []string) string {
+	var parts []string
+	for i := 0; i < len(tries); {
+		n := 1
+		for i+n < len(tries) && tries[i+n] == tries[i] {
+			n++
+		}
+		part := tries[i]
+		if n > 1 {
+			part = fmt.Sprintf("%d times %s", n, part)
+		}
+		parts = append(parts, part)
+		i += n
+	}
+	return strings.Join(parts, ", then ")
 }

@@ -5,6 +5,7 @@
 package couchdb
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,15 +96,18 @@ func checkCouchDocument(body []byte) error {
 }
 
 // ProbeRemoval removes a probe document (driver.Prober): CouchDB deletes a
-// document by its revision, which the create answer carries.
+// document by its revision, which the create answer carries as "rev" and
+// a read of the document as "_rev" (the create answer lost).
 func (d couchdbDriver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
 	var doc struct {
-		Rev string `json:"rev"`
+		Rev    string `json:"rev"`
+		DocRev string `json:"_rev"`
 	}
-	if json.Unmarshal(created.Body, &doc) != nil || doc.Rev == "" {
-		return driver.Request{}, errors.New("the create answer carried no revision to delete")
+	if json.Unmarshal(created.Body, &doc) != nil || (doc.Rev == "" && doc.DocRev == "") {
+		return driver.Request{}, errors.New("neither the create answer nor a read of the document carried a revision to delete")
 	}
-	return driver.Request{Method: http.MethodDelete, URL: created.URL + "?rev=" + url.QueryEscape(doc.Rev)}, nil
+	rev := cmp.Or(doc.Rev, doc.DocRev)
+	return driver.Request{Method: http.MethodDelete, URL: created.URL + "?rev=" + url.QueryEscape(rev)}, nil
 }
 
 // The driver's optional capabilities, checked when the package compiles:
