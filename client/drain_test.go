@@ -80,6 +80,7 @@ func TestStoppedBatchSendsNoRetryAfterItsWait(t *testing.T) {
 	require.Equal(t, items, sum.Total)
 	require.Equal(t, items, sum.Unresolved)
 	require.Equal(t, items, sum.Requests, "each item sent once, before the stop")
+	require.Equal(t, 0, sum.Retries, "a retry decided on, whose wait the stop ended, is none")
 }
 
 // A batch stopped while requests wait for their turn at the rate writes
