@@ -88,6 +88,11 @@ type BatchOptions struct {
 	// ctx is cancelled, so their outcomes are recorded; default 10 s. No new
 	// request or retry starts once ctx is cancelled.
 	Grace time.Duration
+	// OnStop, when set, is called once when the batch stops sending (ctx
+	// cancelled, or an answer that stops the run), as soon as it does:
+	// a program can say at once what it waits for. It may be called
+	// concurrently with OnResult.
+	OnStop func(StopEvent)
 	// Shard, when its Count is over 1, deposits only the items whose key
 	// falls in shard Index (0 ≤ Index < Count); the others are reported
 	// OutcomeSkipped. N processes given the same input and shards 0..N-1
@@ -176,16 +181,39 @@ func (s *Summary) add(r ItemResult) {
 	s.Rechecks += r.Rechecks
 }
 
+// StopEvent is a batch that stops sending (BatchOptions.OnStop). From then
+// on none of its requests starts: no new item's, no retry, no check or
+// read-back, no further step; a request that was waiting for its slot or
+// its rate is not sent.
+type StopEvent struct {
+	// Reason is why: ctx's cause (context.Cause; ctx's error unless the
+	// canceller gave one) when ctx was cancelled, else the error that stops
+	// the run (ErrStopRun, ErrUnreachable, ...).
+	Reason error
+	// InFlight counts the requests already sent whose answers the batch
+	// awaits: each is read and recorded if it comes by Deadline.
+	InFlight int
+	// Deadline ends the grace period (BatchOptions.Grace): the requests
+	// still unanswered then are abandoned, and their items left unresolved
+	// (uncertain: a later run settles them).
+	Deadline time.Time
+}
+
 // Run deposits every item of items with bounded concurrency and returns the
 // summary. Memory does not grow with the number of items: items are pulled
 // as workers free up.
 //
 // Run stops early when an answer concerns every item (ErrStopRun: bad
 // credentials, wrong endpoint, an unreachable endpoint, a store failure) and
-// returns that error with the summary so far. When ctx is cancelled, no new
-// request starts; requests in flight get Grace to finish and be recorded,
-// and the items not settled are reported unresolved. Run returns ctx's error
-// in that case.
+// returns that error with the summary so far.
+//
+// Cancelling ctx stops the batch gracefully, as the deposit command does on
+// SIGINT: from that moment no request starts (BatchOptions.OnStop says
+// so, and how many answers it awaits); the requests already sent get Grace
+// for their answers to come and be recorded, and the items not settled are
+// reported unresolved. Run returns ctx's error in that case. To abandon the
+// requests in flight at once instead, give a short Grace: their outcomes
+// stay uncertain in the store, and a later run settles them.
 func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOptions) (Summary, error) {
 	start, lostBefore := time.Now(), c.LeasesLost()
 	b, err := c.newBatch(opts)
@@ -199,15 +227,23 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	defer cancelWork()
 	// Store calls waiting out an outage give up once ctx ends.
 	defer c.guard.watch(ctx)()
-	b.st = &batchStop{drain: make(chan struct{}), grace: b.grace, cancel: cancelWork}
+	halted, halt := context.WithCancel(context.Background())
+	defer halt()
 	// Requests in flight are bounded in the transport, so that waiting for a
-	// retry takes no slot.
-	slotted := context.WithValue(work, slotsKey{}, &requestSlots{ch: make(chan struct{}, b.slots), drain: b.st.drain})
+	// retry takes no slot; the transport is also where a stopped batch's
+	// requests are held back, right before they would be written.
+	slots := newRequestSlots(b.slots, halted)
+	b.st = &batchStop{drain: halted.Done(), halt: halt, slots: slots, grace: b.grace, cancel: cancelWork, onStop: opts.OnStop}
+	slotted := context.WithValue(work, slotsKey{}, slots)
+	// The watch of ctx ends before Run returns, so that OnStop is never
+	// called after it.
+	finished, watched := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watched)
 		select {
 		case <-ctx.Done():
-			b.st.stop(ctx.Err())
-		case <-work.Done():
+			b.st.stop(ctx.Err(), context.Cause(ctx))
+		case <-finished:
 		}
 	}()
 
@@ -227,6 +263,8 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	if b.outs != nil {
 		b.outs.wait()
 	}
+	close(finished)
+	<-watched
 	b.sum.Elapsed = time.Since(start)
 	b.sum.LeasesLost = int(c.LeasesLost() - lostBefore)
 	c.leases.reportUnreleased()
@@ -339,11 +377,12 @@ func (b *batch) report(r ItemResult) {
 func (b *batch) settle(r ItemResult) {
 	switch {
 	case errors.Is(r.Err, ErrStopRun):
-		b.st.stop(r.Err)
+		b.st.stop(r.Err, r.Err)
 	case errors.Is(r.Err, ErrUnresolved) && !errors.Is(r.Err, ErrInterrupted) && !b.c.answered.Load():
 		// No answer at all from the endpoint, even after every
 		// retry: going on would only repeat that for each item.
-		b.st.stop(fmt.Errorf("%w: %w", ErrUnreachable, r.Err))
+		err := fmt.Errorf("%w: %w", ErrUnreachable, r.Err)
+		b.st.stop(err, err)
 	}
 	b.report(r)
 }
@@ -432,26 +471,38 @@ func (b *batch) feed(items iter.Seq[Item], queue chan<- Item) {
 	}
 }
 
-// batchStop ends a batch once: it closes drain (no new request or retry) and
-// cancels the work context after the grace period.
+// batchStop ends a batch once: it halts the batch (drain closes: no new
+// request or retry; the transport's gate shuts) and cancels the work
+// context after the grace period.
 type batchStop struct {
-	drain  chan struct{}
+	drain  <-chan struct{}
+	halt   context.CancelFunc
+	slots  *requestSlots
 	grace  time.Duration
 	cancel context.CancelFunc
+	onStop func(StopEvent)
 
 	mu     sync.Mutex
 	reason error
 }
 
-func (s *batchStop) stop(reason error) {
+// stop ends the batch for reason, the error Run returns; cause is what
+// OnStop is told.
+func (s *batchStop) stop(reason, cause error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.reason != nil {
+		s.mu.Unlock()
 		return
 	}
 	s.reason = reason
-	close(s.drain)
+	s.halt()
+	// The deadline is taken first: the work ends no sooner.
+	deadline := time.Now().Add(s.grace)
 	time.AfterFunc(s.grace, s.cancel)
+	s.mu.Unlock()
+	if s.onStop != nil {
+		s.onStop(StopEvent{Reason: cause, InFlight: s.slots.awaited(), Deadline: deadline})
+	}
 }
 
 func (s *batchStop) err() error {

@@ -21,7 +21,9 @@
 // of any package written against package driver; package client imports
 // none of them. [Client.Deposit] deposits one payload and
 // [Client.Run] a stream of them with bounded concurrency, which is what
-// batch programs embed.
+// batch programs embed. Cancelling Run's context stops it gracefully: no
+// request starts after that, and the answers already awaited are recorded
+// within a grace period ([BatchOptions] Grace and OnStop).
 //
 // A deposit may be several steps (create, upload each file, publish, send
 // an event). A target only builds each step's request and judges its

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/backoff"
+	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/target/put"
 )
 
@@ -78,4 +80,75 @@ func TestStoppedBatchSendsNoRetryAfterItsWait(t *testing.T) {
 	require.Equal(t, items, sum.Total)
 	require.Equal(t, items, sum.Unresolved)
 	require.Equal(t, items, sum.Requests, "each item sent once, before the stop")
+	require.Equal(t, 0, sum.Retries, "a retry decided on, whose wait the stop ended, is none")
+}
+
+// A batch stopped while requests wait for their turn at the rate writes
+// none of them, and still records the answer of the request already sent.
+// At 0.2 requests a second the first request goes at once and the three
+// behind it, holding their slots, wait 5 s each for the limiter; the
+// server holds the first until the batch has said it stopped, so that
+// exactly one request is in flight then, whatever the machine's speed. A
+// gate that only the slots kept would let the three out, one every 5 s,
+// within the minute of grace.
+func TestAStoppedBatchWritesNoRequestThatWaitedForItsRate(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var (
+		arrived  atomic.Int32
+		stopped  = make(chan StopEvent, 1)
+		why      = errors.New("the operator asked")
+		released = make(chan struct{})
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == 1 {
+			cancel(why)
+			<-released
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+
+	store := openStore(t)
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Rate: 0.2, StaticRate: true})
+	require.NoError(t, err)
+	var created string
+	start := time.Now()
+	sum, err := c.Run(ctx, iter.Seq[Item](func(yield func(Item) bool) {
+		for i := range 8 {
+			if !yield(Item{Line: int64(i + 1), Payload: fmt.Appendf(nil, `{"n":%d}`, i)}) {
+				return
+			}
+		}
+	}), BatchOptions{
+		Concurrency: 4,
+		Grace:       time.Minute,
+		OnStop: func(e StopEvent) {
+			stopped <- e
+			close(released)
+		},
+		OnResult: func(r ItemResult) {
+			if r.Outcome == OutcomeCreated {
+				created = r.Key
+			}
+		},
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	e := <-stopped
+	require.ErrorIs(t, e.Reason, why, "the event names the canceller's cause")
+	require.Equal(t, 1, e.InFlight, "the request the server holds is awaited")
+	require.WithinRange(t, e.Deadline, time.Now(), start.Add(time.Minute+time.Second), "the grace ends a minute after the stop")
+	require.Equal(t, int32(1), arrived.Load(), "requests written after the batch stopped")
+	require.Equal(t, 1, sum.Created, "the answer of the request in flight is recorded")
+	require.Equal(t, 1, sum.Requests)
+	require.Equal(t, 0, sum.Retries)
+	rec, err := store.Lookup(t.Context(), c.StoreTarget(), created)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StateDone, rec.State)
+	for rec, err := range store.List(t.Context(), c.StoreTarget(), dedup.StatePending) {
+		require.NoError(t, err)
+		require.Fail(t, "an intent held back at the gate is released", rec.Key)
+	}
 }

@@ -111,6 +111,9 @@ type attempts struct {
 	tooLarge error
 	// ambiguous: an attempt so far may have taken effect unanswered.
 	ambiguous bool
+	// retrying: the answer checkRetry sees is a retry's (x.retries
+	// counted it when it was decided on).
+	retrying bool
 	// unanswered says that a request was written and got no answer
 	// before another connection was taken for req: an attempt cut
 	// off, whichever retried it.
@@ -140,6 +143,8 @@ func (t *attempts) traced(ctx context.Context) context.Context {
 // req is sent again, after the exchange's own wait.
 func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	x, req := t.x, t.req
+	retry := t.retrying
+	t.retrying = false
 	t.ambiguous = t.ambiguous || t.unanswered.Load()
 	t.last = answer{URL: req.URL, Err: err, AfterAmbiguous: t.ambiguous}
 	if resp != nil {
@@ -170,6 +175,9 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	}
 	if neverSent(err) {
 		x.requests-- // counted as it was queued; it never left
+		if retry {
+			x.retries-- // and so the retry was none
+		}
 	} else {
 		x.requestDone(t.last, req.Method)
 	}
@@ -184,9 +192,11 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		return false, nil
 	}
 	if err := x.sleep(ctx, wait); err != nil {
+		x.retries-- // decided on, never sent
 		x.stopped = ErrInterrupted
 		return false, nil
 	}
+	t.retrying = true
 	return true, nil
 }
 

@@ -72,7 +72,9 @@ func copyOrDefault(base *http.Client) *http.Client {
 // first waits for the request's own rate where the target has one (see
 // driver.RequestPacer); in a batch it then takes one of the batch's
 // request slots (requestSlots) for each request; it waits for the rate limiter (nil: unlimited) before each
-// request, then gives the attempt timeout (0: none) to send it and read
+// request; in a batch it then passes the batch's gate, which a stopped
+// batch has shut, however long the request waited before; then it gives
+// the attempt timeout (0: none) to send it and read
 // its answer; and it deliberately has no CloseIdleConnections:
 // go-retryablehttp closes its client's idle connections whenever it gives
 // up on a request, which on a transport shared by a whole batch would drop
@@ -98,21 +100,26 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, notSentError{err}
 	}
-	if t.own != nil {
-		if err := t.own(req).Wait(req.Context()); err != nil {
-			return notSent(err)
-		}
-	}
-	release := func() {}
+	// Every wait before the request is written ends when the batch stops.
+	wctx := req.Context()
 	if slots != nil {
-		var err error
-		if release, err = slots.acquire(req.Context()); err != nil {
-			return notSent(err)
-		}
+		var cancel context.CancelFunc
+		wctx, cancel = slots.waitContext(wctx)
+		defer cancel()
 	}
-	if err := t.wait(req.Context()); err != nil {
-		release()
+	release, err := t.await(wctx, req, slots)
+	if err != nil {
+		if slots.stopped() {
+			err = ErrInterrupted
+		}
 		return notSent(err)
+	}
+	// The gate, right before the request is written: once the batch has
+	// stopped, nothing more leaves, whatever waited until now.
+	sent, ok := slots.admit()
+	if !ok {
+		release()
+		return notSent(ErrInterrupted)
 	}
 	outer := req.Context()
 	if t.timeout > 0 {
@@ -122,6 +129,7 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		release = func() { cancel(); free() }
 	}
 	resp, err := t.next.RoundTrip(req)
+	sent()
 	if err != nil {
 		if outer.Err() == nil && req.Context().Err() != nil {
 			err = fmt.Errorf("no answer within the attempt timeout of %s: %w", t.timeout, err)
@@ -133,9 +141,33 @@ func (t *sharedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// await waits for everything a request waits for before it is sent: its
+// own rate where the target has one, then in a batch a request slot, then
+// the client's rates. It returns the function that gives the slot back.
+func (t *sharedTransport) await(ctx context.Context, req *http.Request, slots *requestSlots) (func(), error) {
+	if t.own != nil {
+		if err := t.own(req).Wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+	release := func() {}
+	if slots != nil {
+		var err error
+		if release, err = slots.acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.wait(ctx); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
 // notSentError is a request's end before any of it reached the network:
 // the batch drained, or its context ended, while it waited for its slot or
-// its turn at the rate. Such a request changed nothing on the server.
+// its turn at the rate, or it met the gate of a stopped batch. Such a
+// request changed nothing on the server.
 type notSentError struct{ err error }
 
 func (e notSentError) Error() string { return e.err.Error() }
@@ -209,29 +241,80 @@ type slotsKey struct{}
 
 // requestSlots bounds a batch's requests in flight: a request holds a slot
 // from before it is sent until its answer's body is closed, and an item
-// waiting to retry holds none. Once the batch drains, no request gets a
-// slot: the requests in flight finish, and nothing new starts.
+// waiting to retry holds none. It is also the batch's gate: once the batch
+// stops (halted ends), no request gets a slot, every wait for one, or for
+// the rate, ends, and no request that waited is written; the requests
+// already written finish, and are counted until their answers come.
 type requestSlots struct {
-	ch    chan struct{}
-	drain <-chan struct{}
+	ch     chan struct{}
+	halted context.Context
+
+	mu sync.Mutex
+	// sending counts the requests let through the gate whose answers (or
+	// failures) have not come back.
+	sending int
+}
+
+func newRequestSlots(n int, halted context.Context) *requestSlots {
+	return &requestSlots{ch: make(chan struct{}, n), halted: halted}
+}
+
+// stopped reports whether the batch has stopped; a nil s (no batch) never
+// does.
+func (s *requestSlots) stopped() bool {
+	return s != nil && s.halted.Err() != nil
+}
+
+// waitContext is ctx, ended also when the batch stops: for the waits
+// before a request is sent, never for the request itself.
+func (s *requestSlots) waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(ctx)
+	unhook := context.AfterFunc(s.halted, cancel)
+	return wctx, func() { unhook(); cancel() }
 }
 
 // acquire waits for a slot and returns the function that gives it back.
 func (s *requestSlots) acquire(ctx context.Context) (func(), error) {
-	select {
-	case <-s.drain:
+	if s.stopped() {
 		return nil, ErrInterrupted
-	default:
 	}
 	select {
 	case s.ch <- struct{}{}:
 		var once sync.Once
 		return func() { once.Do(func() { <-s.ch }) }, nil
-	case <-s.drain:
+	case <-s.halted.Done():
 		return nil, ErrInterrupted
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// admit lets one request through to be written, unless the batch has
+// stopped, and returns the function to call once its answer (or its
+// failure) is back. Without a batch (nil s) every request goes.
+func (s *requestSlots) admit() (func(), bool) {
+	if s == nil {
+		return func() {}, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.halted.Err() != nil {
+		return nil, false
+	}
+	s.sending++
+	return func() {
+		s.mu.Lock()
+		s.sending--
+		s.mu.Unlock()
+	}, true
+}
+
+// awaited counts the requests let through the gate whose answers have not
+// come back. Once the batch has stopped, it only falls.
+func (s *requestSlots) awaited() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sending
 }
 
 // releasingBody gives a request's slot back when its body is closed.

@@ -139,7 +139,7 @@ func TestASearchWaitsForItsRateHoldingNoSlot(t *testing.T) {
 		d, err := invenio.Target{Endpoint: "http://repo.example/api", SearchRate: 0.01}.Driver()
 		require.NoError(t, err)
 		hc, _ := newHTTPClient(&http.Client{Transport: answerAll{}, Timeout: time.Second}, d, NoRateLimit, false)
-		slots := &requestSlots{ch: make(chan struct{}, 1), drain: make(chan struct{})}
+		slots := newRequestSlots(1, t.Context())
 		ctx := context.WithValue(t.Context(), slotsKey{}, slots)
 		send := func(method, url string) error {
 			req, err := http.NewRequestWithContext(ctx, method, url, nil)

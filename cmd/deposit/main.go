@@ -51,11 +51,12 @@ func main() {
 	os.Exit(code)
 }
 
-// signalContext returns a context cancelled by the first SIGINT or SIGTERM:
-// the batch stops sending and records what is in flight. A second signal
-// exits at once with 128+signal (130 for SIGINT).
+// signalContext returns a context cancelled by the first SIGINT or SIGTERM,
+// with an interrupt naming the signal as its cause: the batch stops sending
+// and records what is in flight. A second signal exits at once with
+// 128+signal (130 for SIGINT).
 func signalContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -63,7 +64,7 @@ func signalContext() (context.Context, func()) {
 		for sig := range ch {
 			n++
 			if n == 1 {
-				cancel()
+				cancel(interrupt{sig})
 				continue
 			}
 			code := exitInterrupt2
@@ -75,8 +76,21 @@ func signalContext() (context.Context, func()) {
 	}()
 	return ctx, func() {
 		signal.Stop(ch)
-		cancel()
+		cancel(nil)
 	}
+}
+
+// interrupt is the cause of a context the first signal cancelled.
+type interrupt struct{ sig os.Signal }
+
+func (i interrupt) Error() string { return "interrupted by " + signalName(i.sig) }
+
+// signalName is SIGINT or SIGTERM, as a user sends them.
+func signalName(sig os.Signal) string {
+	if sig == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	return "SIGINT"
 }
 
 // streams are the process's standard streams and environment, passed in so

@@ -49,6 +49,8 @@ type progress struct {
 	pace    pacing
 	drawn   bool // a bar is on screen
 	stopped bool
+	// halting: the run stops sending (an interrupt), so no ETA is shown.
+	halting bool
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -160,6 +162,16 @@ func (p *progress) leaseWait(e client.LeaseWaitEvent) {
 		p.logf("waiting for keys whose lease another process holds (a run still going, or one that ended without releasing them and left no lock to tell it: an older deposit's, or any on PostgreSQL): each is taken over when its lease ends, by %s if its holder is gone (--lease)",
 			e.Until.Local().Format("15:04:05"))
 	}
+}
+
+// stopping writes line, the acknowledgement of an interrupt, above the
+// bar, and from then on shows "stopping" where the ETA was: the run no
+// longer goes where the ETA says.
+func (p *progress) stopping(line string) {
+	p.mu.Lock()
+	p.halting = true
+	p.mu.Unlock()
+	p.logf("%s", line)
 }
 
 // logf writes one log line above the bar.
@@ -278,6 +290,9 @@ func (p *progress) barText(elapsed time.Duration, show int) string {
 	if eta, ok := p.eta(elapsed); ok && show&partETA != 0 {
 		pace = append(pace, "ETA "+eta.String())
 	}
+	if p.halting && show&partETA != 0 {
+		pace = append(pace, "stopping")
+	}
 	if len(pace) > 0 {
 		head = append(head, strings.Join(pace, "; ")+p.pace.note(show&partPace != 0, show&partPaceWhy != 0))
 	}
@@ -335,6 +350,9 @@ func (p *progress) status() string {
 	if eta, ok := p.eta(elapsed); ok {
 		pace = append(pace, "ETA "+eta.String())
 	}
+	if p.halting {
+		pace = append(pace, "stopping")
+	}
 	text := p.countsText(partAll)
 	if len(pace) > 0 {
 		// The first line the client's limit paces says why; later lines
@@ -358,8 +376,12 @@ func (p *progress) rate(elapsed time.Duration) (string, bool) {
 // as the items sent so far took. Replays and invalid lines cost next to
 // nothing, so they count in neither: a run that begins with replays does
 // not promise the new items at the replays' pace. Unknown until the size
-// of the input is known and an item was sent; p.mu held.
+// of the input is known and an item was sent, and none once the run
+// stops sending; p.mu held.
 func (p *progress) eta(elapsed time.Duration) (time.Duration, bool) {
+	if p.halting {
+		return 0, false
+	}
 	f, read := p.fraction(), p.itemsRead.Load()
 	sent := p.sum.Total - p.sum.Replayed - p.sum.Invalid
 	if f <= 0 || read == 0 || sent <= 0 {

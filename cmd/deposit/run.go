@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
@@ -150,9 +151,10 @@ omitted; "record" is the record id beside the DOI under --protocol invenio.
 
 Exit status: 2 could not proceed (usage, store, settings mismatch, endpoint
 unreachable, 401/403/404/501); 3 some items unresolved (run again); 1 some
-items failed or invalid; 0 every item done. SIGINT or SIGTERM stops sending,
-records what is in flight, prints the summary and exits 3; a second SIGINT
-exits at once (130).
+items failed or invalid; 0 every item done. SIGINT or SIGTERM stops sending
+at once (no request starts after it, and stderr says so), records the answers
+in flight that come within 10s, prints the summary and exits 3; a second
+signal exits at once (130; 143 for SIGTERM).
 `
 
 func runCmd(ctx context.Context, args []string, s streams) int {
@@ -375,9 +377,11 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	var keysReused int // failed: 422 under idempotency-key
 	keyReused := specOf(proto).keyReused
 	var shown recoveredShown
+	var ack stopAck
 	sum, runErr := cl.Run(ctx, prog.count(items(lr.Items(), form, o.datasets)), client.BatchOptions{
 		Concurrency: o.concurrency,
 		Shard:       o.shard,
+		OnStop:      func(e client.StopEvent) { ack.say(prog, e) },
 		OnResult: func(r client.ItemResult) {
 			// Written first, so that a line the terminal shows is in the
 			// file, whenever the process is killed.
@@ -420,7 +424,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, recoveredShown: int(shown)}, o)
 	switch {
 	case interrupted:
-		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
+		fmt.Fprintf(s.stderr, "deposit run: interrupted: %s; run the same command again to finish (safe)\n", ack.outcome())
 	case errors.Is(runErr, client.ErrStoreUnavailable):
 		// Nothing the store had not confirmed was sent: safe to run again.
 		fmt.Fprintf(s.stderr, "deposit run: stopped: the store %s is unavailable: %s; once it answers again, run the same command again (safe)\n",
@@ -449,6 +453,47 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
 	return sum, code
+}
+
+// stopAck acknowledges the first SIGINT or SIGTERM the moment the batch
+// stops sending, so that nobody presses Ctrl-C again for want of an
+// answer, and remembers the stop for the final line.
+type stopAck struct {
+	said  bool
+	event client.StopEvent
+}
+
+// say prints the acknowledgement of e, when an interrupt caused it (a stop
+// of the run's own is explained at its end), and takes the ETA off the
+// progress. Run returns only after it returned.
+func (a *stopAck) say(p *progress, e client.StopEvent) {
+	var in interrupt
+	if !errors.As(e.Reason, &in) {
+		return
+	}
+	a.said, a.event = true, e
+	again := "Ctrl-C again"
+	if in.sig == syscall.SIGTERM {
+		again = "another SIGTERM or SIGINT"
+	}
+	text := fmt.Sprintf("deposit run: stopping (%s): no new request is sent", signalName(in.sig))
+	if n := e.InFlight; n == 0 {
+		text += ", and none is awaiting its answer"
+	} else {
+		text += fmt.Sprintf("; waiting up to %s for the %s to %s already sent, to record %s; %s quits without waiting (%s uncertain until the next run settles %s)",
+			time.Until(e.Deadline).Round(time.Second), pick(n, "answer", "answers"), plural(n, "request"), pick(n, "it", "them"),
+			again, pick(n, "that item then stays", fmt.Sprintf("those %d items then stay", n)), pick(n, "it", "them"))
+	}
+	p.stopping(text)
+}
+
+// outcome is what the final line says became of the requests in flight:
+// recorded, unless the run ended past the deadline of their answers.
+func (a *stopAck) outcome() string {
+	if a.said && a.event.InFlight > 0 && !time.Now().Before(a.event.Deadline) {
+		return "no new requests were sent; the answers still awaited when the wait ended were given up, their items stay uncertain"
+	}
+	return "no new requests were sent, the answers in flight were recorded"
 }
 
 // stdinTerminal reports whether the input is stdin and stdin a terminal.
