@@ -123,7 +123,8 @@ type CrossrefRecord struct {
 //     match its prefix only.
 //     A re-deposit with a greater timestamp replaces the record: the DOI is
 //     the key, never a second record. A deposit that is not well-formed XML
-//     is one Failure with an empty <doi/> and msg_id 29; one without a
+//     (an encoding other than UTF-8 or US-ASCII among its faults) is one
+//     Failure with an empty <doi/> and msg_id 29; one without a
 //     doi_batch root, a doi_batch_id, a timestamp of at most 19 digits or a
 //     DOI fails the same way with "Error validating schema".
 //   - GET /servlet/submissionDownload?usr=&pwd=&file_name=&type=result
@@ -837,9 +838,24 @@ func parseDeposit(contents []byte) crDeposit {
 	return dep
 }
 
-// parseCRTree parses well-formed XML into a tree of elements.
+// parseCRTree parses well-formed XML into a tree of elements. It reads
+// UTF-8, and US-ASCII, a subset of it, as a Java parser does: a byte above
+// 0x7F under a US-ASCII declaration is not well-formed. Crossref takes no
+// other encoding
+// (https://www.crossref.org/documentation/register-maintain-records/direct-deposit-xml/).
 func parseCRTree(contents []byte) (*crNode, error) {
 	dec := xml.NewDecoder(bytes.NewReader(contents))
+	dec.CharsetReader = func(label string, r io.Reader) (io.Reader, error) {
+		switch strings.ToLower(label) {
+		case "us-ascii", "ascii", "iso-ir-6", "ansi_x3.4-1968", "ansi_x3.4-1986", "iso_646.irv:1991", "iso646-us", "us", "ibm367", "cp367", "csascii":
+		default:
+			return nil, fmt.Errorf("encoding %q is not UTF-8", label)
+		}
+		if i := bytes.IndexFunc(contents, func(r rune) bool { return r >= 0x80 }); i >= 0 {
+			return nil, fmt.Errorf("byte 0x%X at offset %d is not US-ASCII", contents[i], i)
+		}
+		return r, nil
+	}
 	var root *crNode
 	var open []*crNode
 	for {

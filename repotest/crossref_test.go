@@ -270,6 +270,9 @@ func TestCrossrefRefusesABatchItCannotRead(t *testing.T) {
 		"no timestamp":         {strings.Replace(valid, "<timestamp>1</timestamp>", "", 1), "", "Error validating schema"},
 		"a 20-digit timestamp": {strings.Replace(valid, "<timestamp>1<", "<timestamp>12345678901234567890<", 1), "", "Error validating schema"},
 		"no DOI":               {crXML("b", 1), "", "Error validating schema"},
+		"ISO-8859-1":           {strings.Replace(valid, `encoding="UTF-8"`, `encoding="ISO-8859-1"`, 1), "29", "Deposit is not well-formed XML"},
+		"a byte above 0x7F under US-ASCII": {strings.Replace(strings.Replace(valid, `encoding="UTF-8"`, `encoding="US-ASCII"`, 1), ">x<", ">\xe9<", 1),
+			"29", "Deposit is not well-formed XML"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -288,6 +291,21 @@ func TestCrossrefRefusesABatchItCannotRead(t *testing.T) {
 	st := s.Stats()
 	require.Equal(t, int64(len(cases)), st.Malformed)
 	require.Zero(t, st.Registered)
+}
+
+// US-ASCII is a subset of UTF-8: a deposit that declares it, under any
+// of its names, is read as one that declares UTF-8.
+func TestCrossrefTakesADepositDeclaredUSASCII(t *testing.T) {
+	s := startCrossref(t, CrossrefConfig{}, nil)
+	for i, enc := range []string{"US-ASCII", "ascii", "ANSI_X3.4-1968"} {
+		doi := fmt.Sprintf("10.5555/ascii-%d", i)
+		file := "ascii-" + enc + ".xml"
+		crUpload(t, s, file, strings.Replace(crXML("b", 1, crArticle{doi, doi}), `encoding="UTF-8"`, `encoding="`+enc+`"`, 1))
+		d := crResultOf(t, s, file)
+		require.Len(t, d.Records, 1)
+		require.Equal(t, "Success", d.Records[0].Status, d.Records[0].Msg)
+	}
+	require.Equal(t, int64(3), s.Stats().Registered)
 }
 
 func TestCrossrefResentFileNameKeepsTheFirstLog(t *testing.T) {

@@ -274,6 +274,26 @@ func TestAFileWithSeveralWorksIsInvalid(t *testing.T) {
 	require.Zero(t, e.srv.Stats().Requests)
 }
 
+// A deposit file declared US-ASCII (a subset of UTF-8) is registered as
+// one declared UTF-8; one declared ISO-8859-1 is invalid, saying Crossref
+// takes UTF-8 only, and nothing is sent for it.
+func TestADepositDeclaredUSASCIIIsRegisteredAndOneDeclaredLatin1IsInvalid(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	declared := func(doi, enc string) []byte {
+		x := strings.Replace(workXML(doi, "Reef", 1, "b-1"), `encoding="UTF-8"`, `encoding="`+enc+`"`, 1)
+		b, err := json.Marshal(map[string]string{"doi": doi, "xml": x})
+		require.NoError(t, err)
+		return b
+	}
+	rs, _ := e.run(declared("10.5555/ascii", "US-ASCII"), declared("10.5555/latin", "ISO-8859-1"))
+	require.Equal(t, client.OutcomeCreated, rs[0].Outcome, rs[0].Err)
+	require.Equal(t, client.OutcomeInvalid, rs[1].Outcome)
+	require.ErrorContains(t, rs[1].Err, `declares encoding "ISO-8859-1": Crossref takes UTF-8 only`)
+	st := e.srv.Stats()
+	require.Equal(t, int64(1), st.Uploads)
+	require.Equal(t, map[string]int64{"10.5555/ascii": 1}, st.Versions)
+}
+
 func TestAWorkInAFileBesideTheInputKeysAsInline(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.xml"), []byte(workXML("10.5555/a", "Reef", 1, "b-1")), 0o644))

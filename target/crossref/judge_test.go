@@ -1,6 +1,7 @@
 package crossref
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -90,6 +91,36 @@ func TestKeyedXML(t *testing.T) {
 	require.Equal(t, `<doi_batch><head><doi_batch_id></doi_batch_id><timestamp></timestamp></head><body><x:timestamp>keep</x:timestamp></body></doi_batch>`, keyedXML(a))
 	b := `<cr:doi_batch><cr:head><cr:doi_batch_id id="1">b-2</cr:doi_batch_id ><cr:timestamp>2</cr:timestamp></cr:head></cr:doi_batch>`
 	require.Equal(t, `<cr:doi_batch><cr:head><cr:doi_batch_id id="1"></cr:doi_batch_id ><cr:timestamp></cr:timestamp></cr:head></cr:doi_batch>`, keyedXML(b))
+}
+
+// US-ASCII is a subset of UTF-8: a file that declares it, under any of
+// its names, is a work; a byte above 0x7F under it, or any other
+// encoding, is invalid with words that say Crossref takes UTF-8 only.
+func TestCheckWorkTakesUTF8AndUSASCIIOnly(t *testing.T) {
+	body := `<doi_batch><head><doi_batch_id>b</doi_batch_id><timestamp>12</timestamp></head><body><dataset><doi_data><doi>10.1/a</doi></doi_data></dataset></body></doi_batch>`
+	declared := func(enc string) string { return `<?xml version="1.0" encoding="` + enc + `"?>` + "\n" + body }
+	for _, enc := range []string{"UTF-8", "utf-8", "US-ASCII", "us-ascii", "ASCII", "ascii", "ANSI_X3.4-1968", "ISO646-US", "csASCII"} {
+		t.Run(enc+" is taken", func(t *testing.T) {
+			w, err := checkWork("10.1/a", declared(enc))
+			require.NoError(t, err)
+			require.Equal(t, uint64(12), w.Timestamp)
+		})
+	}
+	accented := strings.Replace(declared("US-ASCII"), "<dataset>", "<dataset>Caf\xc3\xa9", 1)
+	for _, tc := range []struct{ name, xml, want string }{
+		{"a byte above 0x7F under US-ASCII is refused", accented, fmt.Sprintf(
+			`declares encoding "US-ASCII" but holds byte 0xC3 at offset %d, which US-ASCII has not: Crossref takes UTF-8 only`, strings.Index(accented, "\xc3"))},
+		{"ISO-8859-1 is refused", declared("ISO-8859-1"), `declares encoding "ISO-8859-1": Crossref takes UTF-8 only`},
+		{"windows-1252 is refused", declared("windows-1252"), `declares encoding "windows-1252": Crossref takes UTF-8 only`},
+		{"UTF-16 is refused", declared("UTF-16"), `declares encoding "UTF-16": Crossref takes UTF-8 only`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := checkWork("10.1/a", tc.xml)
+			require.ErrorIs(t, err, ErrInvalidWork)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "well-formed")
+		})
+	}
 }
 
 func TestCheckWork(t *testing.T) {
