@@ -30,6 +30,10 @@ type CrossrefConfig struct {
 	// deposit, result download and query must carry (see Crossref). The
 	// password is never logged, counted or echoed.
 	Login, Password string
+	// LoginPage answers wrong credentials with status 200 and an HTML
+	// login page, as Crossref's servlets do, instead of 401 (see
+	// Crossref).
+	LoginPage bool
 	// QueueDelay is how long an upload waits in the queue ("queued"), and
 	// ProcessDelay how long it is then "in_process"; it takes effect, and
 	// its result is final, after both. Zero and zero: at once.
@@ -77,7 +81,7 @@ type CrossrefStats struct {
 	StaleRefused int64            `json:"stale_refused"` // records refused: timestamp not greater than the registered one
 	Malformed    int64            `json:"malformed"`     // submissions refused whole (not well-formed, not a deposit)
 	RateLimited  int64            `json:"rate_limited"`  // 429 answers for too many pending submissions
-	Unauthorized int64            `json:"unauthorized"`  // 401 answers
+	Unauthorized int64            `json:"unauthorized"`  // wrong credentials answered (401, or the login page)
 	Downloads    int64            `json:"downloads"`     // result or contents downloads answered
 	Queries      int64            `json:"queries"`       // XML queries answered
 	WorksReads   int64            `json:"works_reads"`   // works views answered
@@ -105,7 +109,11 @@ type CrossrefRecord struct {
 //     submission was successfully received." means queued, not applied
 //     (https://www.crossref.org/documentation/member-setup/direct-deposit-xml/https-post/;
 //     CDLUC3/ezid ezidapp/management/commands/proc-crossref.py tests for
-//     that sentence). Wrong credentials answer 401, more than MaxPending
+//     that sentence). Wrong credentials answer 401, or with LoginPage
+//     status 200 and an HTML login page (Crossref documents no answer to a
+//     wrong login; its deposit servlet answers one 200, says
+//     github.com/shivan2418/crossref_xml_parser's README, and a client
+//     must read the text to tell), more than MaxPending
 //     waiting submissions 429, an operation other than doMDUpload or a
 //     missing file 400.
 //   - Submissions are processed in upload order, QueueDelay plus
@@ -335,13 +343,30 @@ func (c *Crossref) authorized(login, password string) bool {
 	return okLogin && okPassword
 }
 
-// unauthorized answers 401 without echoing anything the client sent.
+// unauthorized answers 401, or with LoginPage the login page with status
+// 200, without echoing anything the client sent.
 func (c *Crossref) unauthorized(w http.ResponseWriter) {
 	c.mu.Lock()
 	c.stats.Unauthorized++
 	c.mu.Unlock()
+	if c.cfg.LoginPage {
+		w.Header().Set("Content-Type", "text/html;charset=UTF-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(crLoginPage)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, crLoginPage)
+		return
+	}
 	crText(w, http.StatusUnauthorized, "Unauthorized: wrong login or password.")
 }
+
+// crLoginPage is the answer to wrong credentials under LoginPage; its
+// words are the stub's own.
+const crLoginPage = `<!DOCTYPE html>
+<html><head><title>Crossref Login</title></head>
+<body><h2>Unauthorized</h2><p>Please log in.</p>
+<form method="post" action="/servlet/login"><input type="text" name="usr"><input type="password" name="pwd"><input type="submit" value="Login"></form>
+</body></html>
+`
 
 // deposit serves POST /servlet/deposit.
 func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {

@@ -414,6 +414,31 @@ func TestCrossrefCredentialsAreCheckedAndNeverEchoed(t *testing.T) {
 	require.Equal(t, "Success", d.Records[0].Status)
 }
 
+// With LoginPage, a wrong login is answered 200 with an HTML login page
+// by the deposit, the result download and the query alike; nothing is
+// queued, and the page echoes nothing the client sent.
+func TestCrossrefLoginPageAnswersAWrongLoginWith200(t *testing.T) {
+	s := startCrossref(t, CrossrefConfig{LoginPage: true}, nil)
+	wrong := crPassword + "x"
+	up := crUpload(t, s, "c.xml", crXML("c", 1, crArticle{"10.5555/c", "c"}), "operation", "doMDUpload", "login_id", crLogin, "login_passwd", wrong)
+	q := url.Values{"usr": {crLogin}, "pwd": {wrong}, "file_name": {"c.xml"}, "type": {"result"}}
+	down := mustSend(t, s.Client(), http.MethodGet, s.URL+"/servlet/submissionDownload?"+q.Encode(), "")
+	q = url.Values{"pid": {crLogin + ":" + wrong}, "format": {"unixsd"}, "id": {"10.5555/c"}}
+	query := mustSend(t, s.Client(), http.MethodGet, s.URL+"/servlet/query?"+q.Encode(), "")
+	for _, a := range []answer{up, down, query} {
+		require.Equal(t, http.StatusOK, a.status)
+		require.Contains(t, string(a.body), `<input type="password"`)
+		require.NotContains(t, string(a.body), "successfully received")
+		require.NotContains(t, string(a.body), crLogin)
+		require.NotContains(t, string(a.body), crPassword)
+	}
+	st := s.Stats()
+	require.Equal(t, int64(3), st.Unauthorized)
+	require.Zero(t, st.Uploads)
+	crUpload(t, s, "c.xml", crXML("c", 1, crArticle{"10.5555/c", "c"}))
+	require.Equal(t, "Success", crResultOf(t, s, "c.xml").Records[0].Status, "the right login is taken")
+}
+
 func TestCrossrefWorksViewLags(t *testing.T) {
 	clk := newClock()
 	s := startCrossref(t, CrossrefConfig{WorksLag: time.Hour}, clk)

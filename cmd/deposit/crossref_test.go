@@ -196,3 +196,51 @@ func TestServeCrossrefAndRunAgainstIt(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(out)+r.stderr+p.stdout.String(), "Serve-pw-2Lm")
 }
+
+// A wrong password stops the run with the credential message, whether
+// Crossref answers it 401 or, as its servlets do, with its login page and
+// status 200: at the upload (nothing is queued, nothing left pending),
+// and at the result download of a deposit an earlier run left queued
+// (never taken for "queued").
+func TestCrossrefAWrongLoginStopsTheRunWhetherAnswered401OrWithTheLoginPage(t *testing.T) {
+	const login, password, wrong = "lab-role", "Right-pw-5Tz", "Wrong-pw-8Qm"
+	const credentials = "Crossref refused the login: check CROSSREF_LOGIN (a role, or user/role) and CROSSREF_PASSWORD"
+	for _, tc := range []struct {
+		name      string
+		loginPage bool
+	}{{"answered 401", false}, {"answered 200 with the login page", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password, LoginPage: tc.loginPage, QueueDelay: time.Hour})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, 1, 20260101000000000, "b"), crossrefWork(t, dir, 1, 1, 20260101000000000, "b"))
+			db := filepath.Join(dir, "deposit.db")
+			run := func(pw, maxElapsed string) result {
+				return deposit(t, map[string]string{"CROSSREF_LOGIN": login, "CROSSREF_PASSWORD": pw},
+					"run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", db, "--max-elapsed", maxElapsed, input)
+			}
+
+			r := run(wrong, "2s")
+			t.Logf("a fresh run:\n%s", r.stderr)
+			require.Equal(t, exitStop, r.code, r.stderr)
+			require.Contains(t, r.stderr, credentials)
+			require.Zero(t, srv.Stats().Uploads)
+			require.Zero(t, pendingRows(t, db), "a refused login sent nothing that could have taken effect")
+
+			r = run(password, "50ms")
+			require.Equal(t, exitUnresolved, r.code, r.stderr)
+			require.Contains(t, r.stderr, "not yet settled")
+			require.Equal(t, int64(2), srv.Stats().Uploads)
+
+			r = run(wrong, "2s")
+			t.Logf("a run that polls:\n%s", r.stderr)
+			require.Equal(t, exitStop, r.code, r.stderr)
+			require.Contains(t, r.stderr, credentials)
+			require.NotContains(t, r.stderr, "not yet settled")
+			require.NotContains(t, r.stderr, wrong)
+			require.Equal(t, int64(2), srv.Stats().Uploads, "nothing sent again")
+			require.Equal(t, 2, pendingRows(t, db), "the queued deposits are polled by the next run")
+		})
+	}
+}

@@ -44,12 +44,17 @@ func TestJudgeResult(t *testing.T) {
 		{"another failure is terminal with Crossref's words", 200, result("Failure", "10.5555/reef", "Invalid ISSN"), driver.Foreign, false, "Invalid ISSN", ""},
 		{"a batch failure names the XML problem", 200, result("Failure", "", "Error validating schema crossref5.3.1.xsd : bad"), driver.Foreign, false, "Error validating schema", ""},
 		{"a result without this DOI is terminal", 200, result("Success", "10.5555/other", "Successfully added"), driver.Foreign, false, "names no record", ""},
-		{"not XML is looked at again", 200, []byte("<html>oops"), driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"a body cut before its root is looked at again", 200, []byte(`<?xml version="1.0"?>`), driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"an empty body is looked at again", 200, nil, driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"a diagnostic cut short is looked at again", 200, result("Success", "10.5555/reef", "Successfully added")[:120], driver.Unknown, false, "not a doi_batch_diagnostic", ""},
 		{"a 503 is looked at again", 503, nil, driver.Unknown, false, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := u.judgeResult(driver.Answer{Status: tc.status, Body: tc.body})
 			require.Equal(t, tc.kind, f.Kind)
+			if f.Kind == driver.Unknown {
+				require.True(t, f.Class.Retryable(), "class %v", f.Class)
+			}
 			require.Equal(t, tc.then, f.Then != nil)
 			require.Contains(t, f.Problem, tc.problem)
 			require.Contains(t, f.Warn, tc.warn)
@@ -58,6 +63,45 @@ func TestJudgeResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loginPageHTML is a login page as a servlet answers a wrong login, with
+// status 200: HTML that is not well-formed XML.
+const loginPageHTML = `<!DOCTYPE html>
+<html lang=en><head><meta charset=utf-8><title>Login</title></head>
+<body><p>Unauthorized&nbsp;access<br>
+<form method=post><input name=usr><input type=password name=pwd></form></body></html>`
+
+// Only a doi_batch_diagnostic is a result, and only a crossref_result a
+// query's answer: a login page, or any other root, whatever its status,
+// stops the run as a 401 does.
+func TestALoginPageStopsTheRun(t *testing.T) {
+	u := testUpload()
+	for _, tc := range []struct {
+		name, body, root string
+	}{
+		{"an HTML login page", loginPageHTML, "<html>"},
+		{"an HTML fragment", "<html>oops", "<html>"},
+		{"another XML root", `<?xml version="1.0"?><error><msg>login required</msg></error>`, "<error>"},
+		{"text", "Unauthorized: wrong login or password.", "text"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, f := range []driver.Finding{
+				u.judgeResult(driver.Answer{Status: http.StatusOK, Body: []byte(tc.body)}),
+				u.judgeLookup(driver.Answer{Status: http.StatusOK, Body: []byte(tc.body)}),
+			} {
+				require.Equal(t, driver.Unknown, f.Kind)
+				require.Equal(t, driver.Stop, f.Class)
+				require.Contains(t, f.Problem, "is "+tc.root+", not a ")
+				require.Contains(t, f.Problem, "login page, its answer to a wrong login or password")
+			}
+		})
+	}
+	v := judgeUpload(driver.Answer{Status: http.StatusOK, Body: []byte(loginPageHTML)})
+	require.Equal(t, driver.Stop, v.Class)
+	require.Contains(t, v.Problem, "login page")
+	f := u.judgeLookup(driver.Answer{Status: http.StatusOK, Body: query("20260101000000000")[:60]})
+	require.Equal(t, driver.Ambiguous, f.Class, "a query answer cut short is looked at again")
 }
 
 func query(ts string) []byte {
