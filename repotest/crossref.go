@@ -156,14 +156,18 @@ type CrossrefRecord struct {
 //     about an hour, at times a day; it shows the DOI and the deposited
 //     date here, nothing else.
 //
-// Faults (Config.Faults) apply to uploads, numbered by file name: a 500,
+// Faults (Config.Faults) apply to uploads, numbered by the file's bytes
+// (the same file uploaded again, under any name, is its next attempt, so
+// that a client's own file names do not change which upload meets which
+// fault): a 500,
 // 502 or 504 strikes after the upload was queued, so it is processed anyway
 // (pkp/pkp-lib#7442; the safe reading of any 5xx after the file was sent);
 // a drop queues and hangs up; a slow answer queues and trickles; a reset,
 // 409, 429 or 503 strikes before anything is queued, a 503 worded as
 // HAProxy's "No server is available to handle this request."
-// (CDLUC3/ezid#904). With the reads rule, downloads are numbered by file
-// name, queries and works views by DOI.
+// (CDLUC3/ezid#904). With the reads rule, downloads are numbered by the
+// bytes of the file first uploaded under their file name (by the name
+// while none was), queries and works views by DOI.
 //
 // What it leaves out: one user, whose login also queries; no XSD validation
 // beyond the elements above, no metadata checks, no resource-only, delete or
@@ -388,7 +392,7 @@ func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ft, late := c.uploadFault(name)
+	ft, late := c.uploadFault(contents)
 	if !late {
 		if _, answered := c.inj.apply(w, ft); answered {
 			return
@@ -415,15 +419,17 @@ func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
 const crSuccessPage = `<html><head><title>SUCCESS</title></head><body><h2>SUCCESS</h2>` +
 	`<p>Your batch submission was successfully received.</p></body></html>`
 
-// uploadFault numbers an upload by file name and draws its fault; late
-// reports a 500, 502 or 504, which strikes after the upload is queued.
-func (c *Crossref) uploadFault(name string) (fault, bool) {
+// uploadFault numbers an upload by its file's bytes and draws its fault;
+// late reports a 500, 502 or 504, which strikes after the upload is
+// queued.
+func (c *Crossref) uploadFault(contents []byte) (fault, bool) {
+	file := digest(string(contents))
 	c.mu.Lock()
-	ak := "deposit\x00" + name
+	ak := "deposit\x00" + file
 	c.inj.attempts[ak]++
 	attempt := c.inj.attempts[ak]
 	c.mu.Unlock()
-	ft, _ := c.inj.faults.draw(c.inj.seed, "deposit", name, attempt)
+	ft, _ := c.inj.faults.draw(c.inj.seed, "deposit", file, attempt)
 	switch ft.status {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return ft, true
@@ -604,7 +610,13 @@ func (c *Crossref) download(w http.ResponseWriter, r *http.Request) {
 		crText(w, http.StatusBadRequest, "Bad request: give file_name (or doi_batch_id).")
 		return
 	}
-	ft, answered := c.inj.early(w, "read", "download\x00"+name+"\x00"+batchID)
+	numbered := name
+	c.mu.Lock()
+	if sub := c.byFile[name]; sub != nil {
+		numbered = digest(string(sub.contents))
+	}
+	c.mu.Unlock()
+	ft, answered := c.inj.early(w, "read", "download\x00"+numbered+"\x00"+batchID)
 	if answered {
 		return
 	}

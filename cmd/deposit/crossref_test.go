@@ -244,3 +244,43 @@ func TestCrossrefAWrongLoginStopsTheRunWhetherAnswered401OrWithTheLoginPage(t *t
 		})
 	}
 }
+
+// v1 then v2 of one DOI, the store deleted, v1 again: Crossref refuses the
+// re-upload as not newer and keeps v2, and the line says so (failed, its
+// error naming the timestamp rule), not "created" from the first upload's
+// log under the same file name. A later run sends nothing.
+func TestCrossrefAnOlderFileAfterALostStoreIsFailedAsSuperseded(t *testing.T) {
+	srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	db, results := filepath.Join(dir, "deposit.db"), filepath.Join(dir, "results.jsonl")
+	run := func(version int, ts uint64) result {
+		input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, version, ts, fmt.Sprint("batch-", version)))
+		return deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", db, "--results", results, input)
+	}
+	r := run(1, 20260101000000000)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	r = run(2, 20260201000000000)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		require.NoError(t, os.RemoveAll(db+suffix))
+	}
+
+	r = run(1, 20260101000000000)
+	t.Logf("v1 again after the store was lost:\n%s", r.stderr)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stderr, "0 created, 0 existing, 0 replayed, 1 failed")
+	out, err := os.ReadFile(results)
+	require.NoError(t, err)
+	lines := jsonLines(t, string(out))
+	require.Len(t, lines, 1)
+	require.Equal(t, "failed", lines[0]["outcome"])
+	require.Contains(t, lines[0]["error"], "superseded by a newer deposit: Crossref refused this file by its timestamp rule")
+	require.Equal(t, uint64(20260201000000000), srv.Records()[0].Timestamp, "v2 stands")
+
+	uploads := srv.Stats().Uploads
+	r = run(1, 20260101000000000)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Equal(t, uploads, srv.Stats().Uploads, "not sent again")
+}

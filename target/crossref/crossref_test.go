@@ -240,6 +240,37 @@ func TestAnOlderVersionIsReportedSupersededAndNotSentAgain(t *testing.T) {
 	require.Equal(t, uint64(20260301000000000), e.srv.Records()[0].Timestamp, "the newer deposit stands")
 }
 
+// v1 then v2 of one DOI, the store lost, v1 again: Crossref refuses the
+// re-upload by its timestamp rule and keeps v2. The line is failed, saying
+// so, never created from the first upload's log under the same file name;
+// a later run sends nothing.
+func TestALostStoreReportsAnOlderFileSupersededNotCreated(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	v1 := line("10.5555/a", "Reef", 20260101000000000, "b-1")
+	v2 := line("10.5555/a", "Reef, revised", 20260201000000000, "b-2")
+	_, sum := e.run(v1)
+	require.Equal(t, 1, sum.Created)
+	_, sum = e.run(v2)
+	require.Equal(t, 1, sum.Created)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		require.NoError(t, os.RemoveAll(e.db+suffix))
+	}
+
+	rs, sum := e.run(v1)
+	require.Equal(t, client.OutcomeFailed, rs[0].Outcome, rs[0].Err)
+	require.Zero(t, sum.Created)
+	require.ErrorContains(t, rs[0].Err, "superseded by a newer deposit: Crossref refused this file by its timestamp rule")
+	require.ErrorContains(t, rs[0].Err, "10.5555/a is registered with timestamp 20260201000000000, this file's is 20260101000000000")
+	st := e.srv.Stats()
+	require.Equal(t, int64(1), st.StaleRefused, "the re-upload was refused")
+	require.Equal(t, uint64(20260201000000000), e.srv.Records()[0].Timestamp, "v2 stands")
+
+	uploads := st.Uploads
+	rs, _ = e.run(v1)
+	require.Equal(t, client.OutcomeFailed, rs[0].Outcome)
+	require.Equal(t, uploads, e.srv.Stats().Uploads, "not sent again")
+}
+
 func TestAConflictIsDoneAndNamesTheDOIsInConflict(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{})
 	_, sum := e.run(line("10.5555/a", "Same title", 20260101000000000, "b-1"))

@@ -1,13 +1,16 @@
 package crossref
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
 )
 
@@ -128,6 +131,37 @@ func TestJudgeUpload(t *testing.T) {
 	require.Equal(t, driver.Ambiguous, judgeUpload(driver.Answer{Status: http.StatusInternalServerError}).Class)
 	require.Equal(t, driver.Retry, judgeUpload(driver.Answer{Status: http.StatusServiceUnavailable}).Class)
 	require.Equal(t, driver.Stop, judgeUpload(driver.Answer{Status: http.StatusUnauthorized}).Class)
+}
+
+// Each read of a line draws a file name of its own, under one key: the
+// intent keeps the body, so one intent uploads under one name, and a
+// deposit after a lost store under a name no earlier upload had. A body an
+// older deposit kept, without the drawn part, keeps its name.
+func TestEachReadOfALineDrawsAFileNameOfItsOwn(t *testing.T) {
+	drv, err := Target{}.Driver()
+	require.NoError(t, err)
+	d := drv.(crossrefDriver)
+	x := `<doi_batch><head><doi_batch_id>b</doi_batch_id><timestamp>12</timestamp></head><body><dataset><doi_data><doi>10.1/a</doi></doi_data></dataset></body></doi_batch>`
+	text, err := json.Marshal(map[string]string{"doi": "10.1/a", "xml": x})
+	require.NoError(t, err)
+	nameOf := func(body []byte) string {
+		steps, err := d.Steps(canonical.Keyed{Key: strings.Repeat("ab", 32), Body: body}, "")
+		require.NoError(t, err)
+		req, err := steps[0].Check.Build(nil)
+		require.NoError(t, err)
+		u, err := url.Parse(req.URL)
+		require.NoError(t, err)
+		return u.Query().Get("file_name")
+	}
+	b1, k1, err := d.Payload(text)
+	require.NoError(t, err)
+	b2, k2, err := d.Payload(text)
+	require.NoError(t, err)
+	require.Equal(t, k1, k2, "one key")
+	n1, n2 := nameOf(b1), nameOf(b2)
+	require.NotEqual(t, n1, n2)
+	require.Regexp(t, `^deposit-(ab){16}-12-[0-9a-f]{16}\.xml$`, n1)
+	require.Equal(t, "deposit-"+strings.Repeat("ab", 16)+"-12.xml", nameOf(text), "a body kept without a drawn part")
 }
 
 func TestKeyedXML(t *testing.T) {

@@ -235,7 +235,8 @@ func (u upload) judgeLookup(a driver.Answer) driver.Finding {
 		return driver.Finding{Kind: driver.Present, ID: u.w.DOI}
 	case n > u.w.Timestamp:
 		return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
-			"superseded by a newer deposit: %s is registered with timestamp %d, this file's is %d; not sent again", u.w.DOI, n, u.w.Timestamp)}
+			"superseded by a newer deposit: Crossref refused this file by its timestamp rule, as not newer than the version it holds: %s is registered with timestamp %d, this file's is %d; not sent again",
+			u.w.DOI, n, u.w.Timestamp)}
 	default:
 		return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 			"Crossref refused %s's timestamp %d as not newer, yet shows %d registered", u.w.DOI, u.w.Timestamp, n)}
