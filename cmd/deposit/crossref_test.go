@@ -284,3 +284,42 @@ func TestCrossrefAnOlderFileAfterALostStoreIsFailedAsSuperseded(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, r.stderr)
 	require.Equal(t, uploads, srv.Stats().Uploads, "not sent again")
 }
+
+// --settle is counted from the upload, and --max-elapsed bounds what
+// follows the wait, as docs/targets/crossref.md says: an upload cut off
+// before it was queued costs the run that sent it one wait (a look, the
+// settle time, a look again, then out of budget: exit 3), and the next
+// run, past the settle time, trusts its first look and uploads at once
+// (a look, the upload, a poll that finds it). With --max-elapsed above
+// --settle, the run that sent it uploads again.
+func TestCrossrefSettleIsCountedFromTheUploadAndMaxElapsedBoundsWhatFollows(t *testing.T) {
+	for _, tc := range []struct {
+		name, maxElapsed string
+		codes            []int   // of each run
+		downloads        []int64 // result downloads of each run
+	}{
+		{"--max-elapsed below --settle", "100ms", []int{exitUnresolved, exitDone}, []int64{2, 2}},
+		{"--max-elapsed above --settle", "20s", []int{exitDone}, []int64{3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Faults: "nth=1:reset"})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, 1, 20260101000000000, "b"))
+			var codes []int
+			var downloads []int64
+			for range tc.codes {
+				before := srv.Stats().Downloads
+				r := deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", filepath.Join(dir, "deposit.db"),
+					"--settle", "300ms", "--max-elapsed", tc.maxElapsed, input)
+				t.Logf("run %d:\n%s", len(codes)+1, r.stderr)
+				codes, downloads = append(codes, r.code), append(downloads, srv.Stats().Downloads-before)
+			}
+			require.Equal(t, tc.codes, codes)
+			require.Equal(t, tc.downloads, downloads)
+			require.Equal(t, int64(1), srv.Stats().Uploads, "queued once")
+			require.Len(t, srv.Records(), 1)
+		})
+	}
+}

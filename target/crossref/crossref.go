@@ -78,7 +78,10 @@ type Target struct {
 	Dir string
 	// Settle is how long after an upload the download may still answer
 	// unknown_submission for it (Crossref does, for a while): only a look
-	// that long after an uncertain upload trusts it. 0 is DefaultSettle.
+	// that long after an uncertain upload trusts it, counted for an upload
+	// of an earlier run from when its intent was recorded
+	// (driver.Check.SettleFromIntent): an upload sent again early is
+	// refused by the timestamp rule. 0 is DefaultSettle.
 	Settle time.Duration
 	// Poll is how long one run polls a queued deposit before leaving it
 	// unresolved, "queued at Crossref", for the next run to poll; 0 is the
@@ -167,7 +170,7 @@ func (d crossrefDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, err
 	return []driver.Step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, KeepBody: true, Accepts: true,
 		Build: up.build, Judge: judgeUpload,
-		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll},
+		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll, SettleFromIntent: true},
 	}}, nil
 }
 

@@ -367,6 +367,42 @@ func TestAResumedDepositPollsTheFirstUploadAndNeverSendsTheRegeneratedFile(t *te
 	require.Equal(t, uint64(1), e.srv.Records()[0].Timestamp, "the first bytes' version, not the regenerated one")
 }
 
+// An upload cut off before it was queued (a connection reset) leaves the
+// deposit uncertain: its run looks, waits Settle, looks again and, out of
+// attempts, leaves it. The next run starts more than Settle after the
+// upload's intent was recorded, so it trusts its first look and uploads
+// again at once: Settle is counted from the upload, not from each run's
+// first look.
+func TestSettleIsCountedFromTheUploadNotFromEachRun(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{Faults: "nth=1:reset"})
+	w := line("10.5555/a", "Reef", 1, "b-1")
+	store, err := dedup.Open(e.db)
+	require.NoError(t, err)
+	tg := e.target()
+	tg.Settle = 300 * time.Millisecond
+	c, err := client.New(client.Config{Target: tg, Store: store, Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}})
+	require.NoError(t, err)
+	_, err = c.Deposit(context.Background(), w)
+	require.ErrorIs(t, err, client.ErrUnresolved)
+	require.NoError(t, store.Close())
+	st := e.srv.Stats()
+	require.Zero(t, st.Uploads, "the reset queued nothing")
+	require.Equal(t, int64(2), st.Downloads, "a look, Settle, and a look again")
+
+	store, err = dedup.Open(e.db)
+	require.NoError(t, err)
+	defer store.Close()
+	c, err = client.New(client.Config{Target: tg, Store: store, Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 4}})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), w)
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeCreated, res.Outcome)
+	require.True(t, res.Recovered)
+	st = e.srv.Stats()
+	require.Equal(t, int64(1), st.Uploads)
+	require.Equal(t, int64(2+1+1), st.Downloads, "one look before the upload, trusted; one poll after it")
+}
+
 func mustKeyer(t *testing.T) *canonical.Keyer {
 	k, err := canonical.NewKeyer(canonical.FormJCS, nil)
 	require.NoError(t, err)
