@@ -423,11 +423,12 @@ func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, aft
 // recheck is runCheck after an attempt the store shows, of an earlier run
 // or another process, whose intent it recorded at intent: a check that
 // counts its settle time from the intent (Check.SettleFromIntent) waits
-// only what is left of it, and trusts its first look once none is.
+// only what is left of it, and trusts its first look once none is; never
+// more than Settle, whatever the store's clock says.
 func (x *exchange) recheck(ctx context.Context, chk *check, prior []string, intent time.Time) (checked, error) {
 	settle := chk.Settle
 	if chk.SettleFromIntent && !intent.IsZero() {
-		settle = time.Until(intent.Add(chk.Settle))
+		settle = min(settle, time.Until(intent.Add(chk.Settle)))
 	}
 	return x.settleCheck(ctx, chk, prior, settle)
 }
