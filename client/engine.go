@@ -188,8 +188,11 @@ type resume struct {
 	prior []string
 	// start is the first unfinished step; pi the primary step's index.
 	start, pi int
-	// uncertain marks the steps whose row shows an earlier attempt.
+	// uncertain marks the steps whose row shows an earlier attempt;
+	// intents holds when the store recorded each step's intent (its row's
+	// CreatedAt), zero where no row was read.
 	uncertain []bool
+	intents   []time.Time
 	// recoverable says that an uncertain step may have been sent by an
 	// earlier run or another process.
 	recoverable bool
@@ -339,6 +342,7 @@ func (r *runDeposit) ended(ctx context.Context, ref dedup.Ref, drop func(), err 
 func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error) {
 	claimed, pi := got.Record, p.pi
 	p.uncertain = make([]bool, len(p.recs))
+	p.intents = make([]time.Time, len(p.recs))
 	switch {
 	case claimed.State == dedup.StateDone && !r.primaryDone: // another process settled it meanwhile
 		r.replay(claimed)
@@ -350,6 +354,7 @@ func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error)
 		if claimed.State == dedup.StatePending {
 			primaryBody = claimed.Body
 			p.uncertain[pi] = claimed.Attempts > 1
+			p.intents[pi] = claimed.CreatedAt
 		}
 		// A row the look-up did not find (or that was not looked up) but
 		// the claim found attempted by another owner was begun by another
@@ -413,7 +418,7 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume) error
 			case dedup.StateFailed:
 				return stepError(s.Label, r.recordedFailure(s, prior[:i], rec))
 			}
-			uncertain[i] = rec.Attempts > 1
+			uncertain[i], p.intents[i] = rec.Attempts > 1, rec.CreatedAt
 		}
 		if id, ok := settledBefore(s, prior[:i]); ok {
 			// Settled by this deposit's own earlier steps (step.settled).
@@ -423,7 +428,7 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume) error
 			}
 			continue
 		}
-		id, err := r.guard(ctx, s, prior[:i], uncertain[i] || p.recs[i] != nil)
+		id, err := r.guard(ctx, s, prior[:i], uncertain[i] || p.recs[i] != nil, p.intents[i])
 		if err != nil {
 			return stepError(s.Label, err)
 		}
@@ -485,15 +490,16 @@ func (r *runDeposit) begin(ctx context.Context, s *step) (dedup.Record, error) {
 
 // guard sends step s until an answer settles it and records the outcome.
 // uncertain says that the store shows an earlier attempt, whose effect a
-// step the server does not arbitrate looks for before sending again. It
-// returns the step's identifier.
+// step the server does not arbitrate looks for before sending again;
+// intent is when the store recorded the step's intent (zero if unknown).
+// It returns the step's identifier.
 //
 // A step found to exist (an "exists" answer, or a check that finds it) is
 // created when an attempt of this deposit may have made it: one the store
 // shows from an earlier run or another process sharing the store, or one
 // of this exchange answered ambiguously. Only when nothing this deposit
 // sent could have made it is the step existing (see exists).
-func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncertain bool) (string, error) {
+func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncertain bool, intent time.Time) (string, error) {
 	c := r.c
 	req, err := s.Build(prior)
 	switch {
@@ -516,7 +522,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncerta
 	// A step the server does not arbitrate, or may have accepted to
 	// settle later, is never sent again before its check has looked for
 	// the effect of an earlier attempt.
-	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req,
+	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req, intent: intent,
 		reconciles: !s.Arbitrated && s.Check != nil, mine: uncertain}
 	if uncertain && (g.reconciles || (s.Accepts && s.Check != nil)) {
 		if id, done, err := g.checkBeforeResend(ctx); done {
@@ -560,6 +566,9 @@ type stepSend struct {
 	s     *step
 	prior []string
 	req   request
+	// intent is when the store recorded the step's intent, from which a
+	// check that says so counts its settle time (Check.SettleFromIntent).
+	intent time.Time
 	// reconciles says that the step's check looks for the effect of an
 	// attempt before it is sent again: the server does not arbitrate it.
 	reconciles bool
@@ -571,7 +580,7 @@ type stepSend struct {
 // step is sent again. It reports done when the check settled the step.
 func (g *stepSend) checkBeforeResend(ctx context.Context) (string, bool, error) {
 	r, s := g.r, g.s
-	f, err := g.x.runCheck(ctx, s.Check, g.prior, true)
+	f, err := g.x.recheck(ctx, s.Check, g.prior, g.intent)
 	if err != nil {
 		return "", true, r.checkFailed(ctx, s, err)
 	}

@@ -423,14 +423,37 @@ const maxCheckHops = 1000
 // writes may not show yet what an ambiguous attempt created; the whole
 // chain is looked at again then.
 func (x *exchange) runCheck(ctx context.Context, chk *check, prior []string, afterAmbiguous bool) (checked, error) {
-	settled := !afterAmbiguous || chk.Settle <= 0
+	var settle time.Duration
+	if afterAmbiguous {
+		settle = chk.Settle
+	}
+	return x.settleCheck(ctx, chk, prior, settle)
+}
+
+// recheck is runCheck after an attempt the store shows, of an earlier run
+// or another process, whose intent it recorded at intent: a check that
+// counts its settle time from the intent (Check.SettleFromIntent) waits
+// only what is left of it, and trusts its first look once none is; never
+// more than Settle, whatever the store's clock says.
+func (x *exchange) recheck(ctx context.Context, chk *check, prior []string, intent time.Time) (checked, error) {
+	settle := chk.Settle
+	if chk.SettleFromIntent && !intent.IsZero() {
+		settle = min(settle, time.Until(intent.Add(chk.Settle)))
+	}
+	return x.settleCheck(ctx, chk, prior, settle)
+}
+
+// settleCheck runs chk and, when it finds nothing, looks again settle
+// later, once; settle <= 0 trusts the first look.
+func (x *exchange) settleCheck(ctx context.Context, chk *check, prior []string, settle time.Duration) (checked, error) {
+	settled := settle <= 0
 	for {
 		f, err := x.followCheck(ctx, chk, prior)
 		if err != nil || f.Kind != driver.Absent || settled {
 			return f, err
 		}
 		settled = true
-		if err := x.sleep(ctx, chk.Settle); err != nil {
+		if err := x.sleep(ctx, settle); err != nil {
 			return f, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 	}

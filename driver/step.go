@@ -188,6 +188,18 @@ type Check struct {
 	// retry policy's backoff (capped by its Cap), or the Retry-After of the
 	// last answer (capped by its RetryAfterCap).
 	Poll time.Duration
+	// SettleFromIntent counts Settle, for an attempt the store shows from
+	// an earlier run or another process, from when the store recorded the
+	// step's intent (before its first request, by the store's clock)
+	// rather than from the check's first look in this run: a run that
+	// starts Settle after the intent trusts its first look, instead of
+	// waiting Settle again in every run. A later attempt than the first
+	// may have been sent since the intent, so a look trusted this way may
+	// come less than Settle after the last attempt: set it only where a
+	// request sent again that early has no second effect (Crossref
+	// refuses a deposit whose timestamp is not newer). An ambiguous
+	// attempt of this run is still waited for Settle from its answer.
+	SettleFromIntent bool
 }
 
 // FindingKind is what a check found.

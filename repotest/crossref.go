@@ -30,6 +30,10 @@ type CrossrefConfig struct {
 	// deposit, result download and query must carry (see Crossref). The
 	// password is never logged, counted or echoed.
 	Login, Password string
+	// LoginPage answers wrong credentials with status 200 and an HTML
+	// login page, as Crossref's servlets do, instead of 401 (see
+	// Crossref).
+	LoginPage bool
 	// QueueDelay is how long an upload waits in the queue ("queued"), and
 	// ProcessDelay how long it is then "in_process"; it takes effect, and
 	// its result is final, after both. Zero and zero: at once.
@@ -77,7 +81,7 @@ type CrossrefStats struct {
 	StaleRefused int64            `json:"stale_refused"` // records refused: timestamp not greater than the registered one
 	Malformed    int64            `json:"malformed"`     // submissions refused whole (not well-formed, not a deposit)
 	RateLimited  int64            `json:"rate_limited"`  // 429 answers for too many pending submissions
-	Unauthorized int64            `json:"unauthorized"`  // 401 answers
+	Unauthorized int64            `json:"unauthorized"`  // wrong credentials answered (401, or the login page)
 	Downloads    int64            `json:"downloads"`     // result or contents downloads answered
 	Queries      int64            `json:"queries"`       // XML queries answered
 	WorksReads   int64            `json:"works_reads"`   // works views answered
@@ -105,7 +109,11 @@ type CrossrefRecord struct {
 //     submission was successfully received." means queued, not applied
 //     (https://www.crossref.org/documentation/member-setup/direct-deposit-xml/https-post/;
 //     CDLUC3/ezid ezidapp/management/commands/proc-crossref.py tests for
-//     that sentence). Wrong credentials answer 401, more than MaxPending
+//     that sentence). Wrong credentials answer 401, or with LoginPage
+//     status 200 and an HTML login page (Crossref documents no answer to a
+//     wrong login; its deposit servlet answers one 200, says
+//     github.com/shivan2418/crossref_xml_parser's README, and a client
+//     must read the text to tell), more than MaxPending
 //     waiting submissions 429, an operation other than doMDUpload or a
 //     missing file 400.
 //   - Submissions are processed in upload order, QueueDelay plus
@@ -123,7 +131,8 @@ type CrossrefRecord struct {
 //     match its prefix only.
 //     A re-deposit with a greater timestamp replaces the record: the DOI is
 //     the key, never a second record. A deposit that is not well-formed XML
-//     is one Failure with an empty <doi/> and msg_id 29; one without a
+//     (an encoding other than UTF-8 or US-ASCII among its faults) is one
+//     Failure with an empty <doi/> and msg_id 29; one without a
 //     doi_batch root, a doi_batch_id, a timestamp of at most 19 digits or a
 //     DOI fails the same way with "Error validating schema".
 //   - GET /servlet/submissionDownload?usr=&pwd=&file_name=&type=result
@@ -147,14 +156,18 @@ type CrossrefRecord struct {
 //     about an hour, at times a day; it shows the DOI and the deposited
 //     date here, nothing else.
 //
-// Faults (Config.Faults) apply to uploads, numbered by file name: a 500,
+// Faults (Config.Faults) apply to uploads, numbered by the file's bytes
+// (the same file uploaded again, under any name, is its next attempt, so
+// that a client's own file names do not change which upload meets which
+// fault): a 500,
 // 502 or 504 strikes after the upload was queued, so it is processed anyway
 // (pkp/pkp-lib#7442; the safe reading of any 5xx after the file was sent);
 // a drop queues and hangs up; a slow answer queues and trickles; a reset,
 // 409, 429 or 503 strikes before anything is queued, a 503 worded as
 // HAProxy's "No server is available to handle this request."
-// (CDLUC3/ezid#904). With the reads rule, downloads are numbered by file
-// name, queries and works views by DOI.
+// (CDLUC3/ezid#904). With the reads rule, downloads are numbered by the
+// bytes of the file first uploaded under their file name (by the name
+// while none was), queries and works views by DOI.
 //
 // What it leaves out: one user, whose login also queries; no XSD validation
 // beyond the elements above, no metadata checks, no resource-only, delete or
@@ -334,13 +347,30 @@ func (c *Crossref) authorized(login, password string) bool {
 	return okLogin && okPassword
 }
 
-// unauthorized answers 401 without echoing anything the client sent.
+// unauthorized answers 401, or with LoginPage the login page with status
+// 200, without echoing anything the client sent.
 func (c *Crossref) unauthorized(w http.ResponseWriter) {
 	c.mu.Lock()
 	c.stats.Unauthorized++
 	c.mu.Unlock()
+	if c.cfg.LoginPage {
+		w.Header().Set("Content-Type", "text/html;charset=UTF-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(crLoginPage)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, crLoginPage)
+		return
+	}
 	crText(w, http.StatusUnauthorized, "Unauthorized: wrong login or password.")
 }
+
+// crLoginPage is the answer to wrong credentials under LoginPage; its
+// words are the stub's own.
+const crLoginPage = `<!DOCTYPE html>
+<html><head><title>Crossref Login</title></head>
+<body><h2>Unauthorized</h2><p>Please log in.</p>
+<form method="post" action="/servlet/login"><input type="text" name="usr"><input type="password" name="pwd"><input type="submit" value="Login"></form>
+</body></html>
+`
 
 // deposit serves POST /servlet/deposit.
 func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +392,7 @@ func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ft, late := c.uploadFault(name)
+	ft, late := c.uploadFault(contents)
 	if !late {
 		if _, answered := c.inj.apply(w, ft); answered {
 			return
@@ -389,15 +419,17 @@ func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
 const crSuccessPage = `<html><head><title>SUCCESS</title></head><body><h2>SUCCESS</h2>` +
 	`<p>Your batch submission was successfully received.</p></body></html>`
 
-// uploadFault numbers an upload by file name and draws its fault; late
-// reports a 500, 502 or 504, which strikes after the upload is queued.
-func (c *Crossref) uploadFault(name string) (fault, bool) {
+// uploadFault numbers an upload by its file's bytes and draws its fault;
+// late reports a 500, 502 or 504, which strikes after the upload is
+// queued.
+func (c *Crossref) uploadFault(contents []byte) (fault, bool) {
+	file := digest(string(contents))
 	c.mu.Lock()
-	ak := "deposit\x00" + name
+	ak := "deposit\x00" + file
 	c.inj.attempts[ak]++
 	attempt := c.inj.attempts[ak]
 	c.mu.Unlock()
-	ft, _ := c.inj.faults.draw(c.inj.seed, "deposit", name, attempt)
+	ft, _ := c.inj.faults.draw(c.inj.seed, "deposit", file, attempt)
 	switch ft.status {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return ft, true
@@ -578,7 +610,13 @@ func (c *Crossref) download(w http.ResponseWriter, r *http.Request) {
 		crText(w, http.StatusBadRequest, "Bad request: give file_name (or doi_batch_id).")
 		return
 	}
-	ft, answered := c.inj.early(w, "read", "download\x00"+name+"\x00"+batchID)
+	numbered := name
+	c.mu.Lock()
+	if sub := c.byFile[name]; sub != nil {
+		numbered = digest(string(sub.contents))
+	}
+	c.mu.Unlock()
+	ft, answered := c.inj.early(w, "read", "download\x00"+numbered+"\x00"+batchID)
 	if answered {
 		return
 	}
@@ -837,9 +875,24 @@ func parseDeposit(contents []byte) crDeposit {
 	return dep
 }
 
-// parseCRTree parses well-formed XML into a tree of elements.
+// parseCRTree parses well-formed XML into a tree of elements. It reads
+// UTF-8, and US-ASCII, a subset of it, as a Java parser does: a byte above
+// 0x7F under a US-ASCII declaration is not well-formed. Crossref takes no
+// other encoding
+// (https://www.crossref.org/documentation/register-maintain-records/direct-deposit-xml/).
 func parseCRTree(contents []byte) (*crNode, error) {
 	dec := xml.NewDecoder(bytes.NewReader(contents))
+	dec.CharsetReader = func(label string, r io.Reader) (io.Reader, error) {
+		switch strings.ToLower(label) {
+		case "us-ascii", "ascii", "iso-ir-6", "ansi_x3.4-1968", "ansi_x3.4-1986", "iso_646.irv:1991", "iso646-us", "us", "ibm367", "cp367", "csascii":
+		default:
+			return nil, fmt.Errorf("encoding %q is not UTF-8", label)
+		}
+		if i := bytes.IndexFunc(contents, func(r rune) bool { return r >= 0x80 }); i >= 0 {
+			return nil, fmt.Errorf("byte 0x%X at offset %d is not US-ASCII", contents[i], i)
+		}
+		return r, nil
+	}
 	var root *crNode
 	var open []*crNode
 	for {

@@ -270,6 +270,9 @@ func TestCrossrefRefusesABatchItCannotRead(t *testing.T) {
 		"no timestamp":         {strings.Replace(valid, "<timestamp>1</timestamp>", "", 1), "", "Error validating schema"},
 		"a 20-digit timestamp": {strings.Replace(valid, "<timestamp>1<", "<timestamp>12345678901234567890<", 1), "", "Error validating schema"},
 		"no DOI":               {crXML("b", 1), "", "Error validating schema"},
+		"ISO-8859-1":           {strings.Replace(valid, `encoding="UTF-8"`, `encoding="ISO-8859-1"`, 1), "29", "Deposit is not well-formed XML"},
+		"a byte above 0x7F under US-ASCII": {strings.Replace(strings.Replace(valid, `encoding="UTF-8"`, `encoding="US-ASCII"`, 1), ">x<", ">\xe9<", 1),
+			"29", "Deposit is not well-formed XML"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -288,6 +291,21 @@ func TestCrossrefRefusesABatchItCannotRead(t *testing.T) {
 	st := s.Stats()
 	require.Equal(t, int64(len(cases)), st.Malformed)
 	require.Zero(t, st.Registered)
+}
+
+// US-ASCII is a subset of UTF-8: a deposit that declares it, under any
+// of its names, is read as one that declares UTF-8.
+func TestCrossrefTakesADepositDeclaredUSASCII(t *testing.T) {
+	s := startCrossref(t, CrossrefConfig{}, nil)
+	for i, enc := range []string{"US-ASCII", "ascii", "ANSI_X3.4-1968"} {
+		doi := fmt.Sprintf("10.5555/ascii-%d", i)
+		file := "ascii-" + enc + ".xml"
+		crUpload(t, s, file, strings.Replace(crXML("b", 1, crArticle{doi, doi}), `encoding="UTF-8"`, `encoding="`+enc+`"`, 1))
+		d := crResultOf(t, s, file)
+		require.Len(t, d.Records, 1)
+		require.Equal(t, "Success", d.Records[0].Status, d.Records[0].Msg)
+	}
+	require.Equal(t, int64(3), s.Stats().Registered)
 }
 
 func TestCrossrefResentFileNameKeepsTheFirstLog(t *testing.T) {
@@ -394,6 +412,31 @@ func TestCrossrefCredentialsAreCheckedAndNeverEchoed(t *testing.T) {
 	require.Equal(t, int64(4), s.Stats().Unauthorized)
 	require.Equal(t, int64(3), s.Stats().Uploads)
 	require.Equal(t, "Success", d.Records[0].Status)
+}
+
+// With LoginPage, a wrong login is answered 200 with an HTML login page
+// by the deposit, the result download and the query alike; nothing is
+// queued, and the page echoes nothing the client sent.
+func TestCrossrefLoginPageAnswersAWrongLoginWith200(t *testing.T) {
+	s := startCrossref(t, CrossrefConfig{LoginPage: true}, nil)
+	wrong := crPassword + "x"
+	up := crUpload(t, s, "c.xml", crXML("c", 1, crArticle{"10.5555/c", "c"}), "operation", "doMDUpload", "login_id", crLogin, "login_passwd", wrong)
+	q := url.Values{"usr": {crLogin}, "pwd": {wrong}, "file_name": {"c.xml"}, "type": {"result"}}
+	down := mustSend(t, s.Client(), http.MethodGet, s.URL+"/servlet/submissionDownload?"+q.Encode(), "")
+	q = url.Values{"pid": {crLogin + ":" + wrong}, "format": {"unixsd"}, "id": {"10.5555/c"}}
+	query := mustSend(t, s.Client(), http.MethodGet, s.URL+"/servlet/query?"+q.Encode(), "")
+	for _, a := range []answer{up, down, query} {
+		require.Equal(t, http.StatusOK, a.status)
+		require.Contains(t, string(a.body), `<input type="password"`)
+		require.NotContains(t, string(a.body), "successfully received")
+		require.NotContains(t, string(a.body), crLogin)
+		require.NotContains(t, string(a.body), crPassword)
+	}
+	st := s.Stats()
+	require.Equal(t, int64(3), st.Unauthorized)
+	require.Zero(t, st.Uploads)
+	crUpload(t, s, "c.xml", crXML("c", 1, crArticle{"10.5555/c", "c"}))
+	require.Equal(t, "Success", crResultOf(t, s, "c.xml").Records[0].Status, "the right login is taken")
 }
 
 func TestCrossrefWorksViewLags(t *testing.T) {

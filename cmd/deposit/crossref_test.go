@@ -196,3 +196,130 @@ func TestServeCrossrefAndRunAgainstIt(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(out)+r.stderr+p.stdout.String(), "Serve-pw-2Lm")
 }
+
+// A wrong password stops the run with the credential message, whether
+// Crossref answers it 401 or, as its servlets do, with its login page and
+// status 200: at the upload (nothing is queued, nothing left pending),
+// and at the result download of a deposit an earlier run left queued
+// (never taken for "queued").
+func TestCrossrefAWrongLoginStopsTheRunWhetherAnswered401OrWithTheLoginPage(t *testing.T) {
+	const login, password, wrong = "lab-role", "Right-pw-5Tz", "Wrong-pw-8Qm"
+	const credentials = "Crossref refused the login: check CROSSREF_LOGIN (a role, or user/role) and CROSSREF_PASSWORD"
+	for _, tc := range []struct {
+		name      string
+		loginPage bool
+	}{{"answered 401", false}, {"answered 200 with the login page", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password, LoginPage: tc.loginPage, QueueDelay: time.Hour})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, 1, 20260101000000000, "b"), crossrefWork(t, dir, 1, 1, 20260101000000000, "b"))
+			db := filepath.Join(dir, "deposit.db")
+			run := func(pw, maxElapsed string) result {
+				return deposit(t, map[string]string{"CROSSREF_LOGIN": login, "CROSSREF_PASSWORD": pw},
+					"run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", db, "--max-elapsed", maxElapsed, input)
+			}
+
+			r := run(wrong, "2s")
+			t.Logf("a fresh run:\n%s", r.stderr)
+			require.Equal(t, exitStop, r.code, r.stderr)
+			require.Contains(t, r.stderr, credentials)
+			require.Zero(t, srv.Stats().Uploads)
+			require.Zero(t, pendingRows(t, db), "a refused login sent nothing that could have taken effect")
+
+			r = run(password, "50ms")
+			require.Equal(t, exitUnresolved, r.code, r.stderr)
+			require.Contains(t, r.stderr, "not yet settled")
+			require.Equal(t, int64(2), srv.Stats().Uploads)
+
+			r = run(wrong, "2s")
+			t.Logf("a run that polls:\n%s", r.stderr)
+			require.Equal(t, exitStop, r.code, r.stderr)
+			require.Contains(t, r.stderr, credentials)
+			require.NotContains(t, r.stderr, "not yet settled")
+			require.NotContains(t, r.stderr, wrong)
+			require.Equal(t, int64(2), srv.Stats().Uploads, "nothing sent again")
+			require.Equal(t, 2, pendingRows(t, db), "the queued deposits are polled by the next run")
+		})
+	}
+}
+
+// v1 then v2 of one DOI, the store deleted, v1 again: Crossref refuses the
+// re-upload as not newer and keeps v2, and the line says so (failed, its
+// error naming the timestamp rule), not "created" from the first upload's
+// log under the same file name. A later run sends nothing.
+func TestCrossrefAnOlderFileAfterALostStoreIsFailedAsSuperseded(t *testing.T) {
+	srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	db, results := filepath.Join(dir, "deposit.db"), filepath.Join(dir, "results.jsonl")
+	run := func(version int, ts uint64) result {
+		input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, version, ts, fmt.Sprint("batch-", version)))
+		return deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", db, "--results", results, input)
+	}
+	r := run(1, 20260101000000000)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	r = run(2, 20260201000000000)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		require.NoError(t, os.RemoveAll(db+suffix))
+	}
+
+	r = run(1, 20260101000000000)
+	t.Logf("v1 again after the store was lost:\n%s", r.stderr)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stderr, "0 created, 0 existing, 0 replayed, 1 failed")
+	out, err := os.ReadFile(results)
+	require.NoError(t, err)
+	lines := jsonLines(t, string(out))
+	require.Len(t, lines, 1)
+	require.Equal(t, "failed", lines[0]["outcome"])
+	require.Contains(t, lines[0]["error"], "superseded by a newer deposit: Crossref refused this file by its timestamp rule")
+	require.Equal(t, uint64(20260201000000000), srv.Records()[0].Timestamp, "v2 stands")
+
+	uploads := srv.Stats().Uploads
+	r = run(1, 20260101000000000)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Equal(t, uploads, srv.Stats().Uploads, "not sent again")
+}
+
+// --settle is counted from the upload, and --max-elapsed bounds what
+// follows the wait, as docs/targets/crossref.md says: an upload cut off
+// before it was queued costs the run that sent it one wait (a look, the
+// settle time, a look again, then out of budget: exit 3), and the next
+// run, past the settle time, trusts its first look and uploads at once
+// (a look, the upload, a poll that finds it). With --max-elapsed above
+// --settle, the run that sent it uploads again.
+func TestCrossrefSettleIsCountedFromTheUploadAndMaxElapsedBoundsWhatFollows(t *testing.T) {
+	for _, tc := range []struct {
+		name, maxElapsed string
+		codes            []int   // of each run
+		downloads        []int64 // result downloads of each run
+	}{
+		{"--max-elapsed below --settle", "100ms", []int{exitUnresolved, exitDone}, []int64{2, 2}},
+		{"--max-elapsed above --settle", "20s", []int{exitDone}, []int64{3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Faults: "nth=1:reset"})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			dir := t.TempDir()
+			input := writeFile(t, dir, "works.jsonl", crossrefWork(t, dir, 0, 1, 20260101000000000, "b"))
+			var codes []int
+			var downloads []int64
+			for range tc.codes {
+				before := srv.Stats().Downloads
+				r := deposit(t, nil, "run", "--protocol", "crossref", "--endpoint", srv.URL+"/servlet/deposit", "--db", filepath.Join(dir, "deposit.db"),
+					"--settle", "300ms", "--max-elapsed", tc.maxElapsed, input)
+				t.Logf("run %d:\n%s", len(codes)+1, r.stderr)
+				codes, downloads = append(codes, r.code), append(downloads, srv.Stats().Downloads-before)
+			}
+			require.Equal(t, tc.codes, codes)
+			require.Equal(t, tc.downloads, downloads)
+			require.Equal(t, int64(1), srv.Stats().Uploads, "queued once")
+			require.Len(t, srv.Records(), 1)
+		})
+	}
+}

@@ -254,7 +254,9 @@ var crossrefSpec = targetSpec{
 		return nil
 	},
 	hint: func(status int) string {
-		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		// A 200 that stops a run is Crossref's login page, its answer to a
+		// wrong login as much as a 401 is.
+		if status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusOK {
 			return "Crossref refused the login: check CROSSREF_LOGIN (a role, or user/role) and CROSSREF_PASSWORD"
 		}
 		if status == http.StatusNotFound {

@@ -8,10 +8,10 @@
 // XML inline and the content of its first doi_batch_id and timestamp
 // elements removed, so that a file regenerated with a new clock and batch
 // id is the same deposit. The payload first uploaded, with the file's own
-// timestamp, is kept with the deposit's intent before the upload
-// (driver.Step.KeepBody), and every retry and re-run uploads those bytes
-// under the same file name: deposit never stamps a clock of its own, which
-// could roll back a newer deposit made elsewhere.
+// timestamp and a file name of its own, is kept with the deposit's intent
+// before the upload (driver.Step.KeepBody), and every retry and re-run
+// uploads those bytes under that file name: deposit never stamps a clock
+// of its own, which could roll back a newer deposit made elsewhere.
 //
 // An upload (POST {Endpoint}, operation=doMDUpload) only queues the file.
 // The step is accepted and polled by file name at the submission download
@@ -25,12 +25,15 @@
 // Failure is failed with Crossref's message.
 //
 // A store that is lost is safe by construction: the re-run uploads the
-// same timestamp again (under the same file name, so the download answers
-// the first upload's result), and an equal timestamp is refused by
-// Crossref and confirmed by the query.
+// same timestamp again, which Crossref refuses as not newer, and the query
+// tells an equal registered timestamp (done) from a greater one (failed,
+// superseded). The re-upload has a file name of its own: Crossref answers
+// a download by file name with the first upload of that name, which would
+// be the lost store's, and its success is not this upload's result.
 package crossref
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -75,7 +78,10 @@ type Target struct {
 	Dir string
 	// Settle is how long after an upload the download may still answer
 	// unknown_submission for it (Crossref does, for a while): only a look
-	// that long after an uncertain upload trusts it. 0 is DefaultSettle.
+	// that long after an uncertain upload trusts it, counted for an upload
+	// of an earlier run from when its intent was recorded
+	// (driver.Check.SettleFromIntent): an upload sent again early is
+	// refused by the timestamp rule. 0 is DefaultSettle.
 	Settle time.Duration
 	// Poll is how long one run polls a queued deposit before leaving it
 	// unresolved, "queued at Crossref", for the next run to poll; 0 is the
@@ -125,8 +131,9 @@ func (d crossrefDriver) SecretFingerprint() string { return "" }
 func (d crossrefDriver) Guards(string) bool        { return false }
 
 // Payload reads a line as one work: the body is the line with its XML
-// inline ({"doi","xml"}), the key text the same with the XML's batch id and
-// timestamp removed (see keyedXML).
+// inline and the part of its upload's file name drawn for it
+// ({"doi","xml","upload"}), the key text the line with its XML inline and
+// the XML's batch id and timestamp removed (see keyedXML).
 func (d crossrefDriver) Payload(text []byte) (body, keyText []byte, err error) {
 	l, err := parseLine(text)
 	if err != nil {
@@ -139,7 +146,7 @@ func (d crossrefDriver) Payload(text []byte) (body, keyText []byte, err error) {
 	if _, err := checkWork(l.DOI, x); err != nil {
 		return nil, nil, err
 	}
-	if body, err = json.Marshal(line{DOI: l.DOI, XML: x}); err != nil {
+	if body, err = json.Marshal(payload{DOI: l.DOI, XML: x, Upload: drawUpload()}); err != nil {
 		return nil, nil, err
 	}
 	keyText, err = json.Marshal(line{DOI: l.DOI, XML: keyedXML(x)})
@@ -151,31 +158,55 @@ func (d crossrefDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, err
 	if dir != "" {
 		return nil, errors.New("crossref: a line is one work, not a dataset: leave out --datasets")
 	}
-	l, err := parseLine(k.Body)
-	if err != nil {
-		return nil, err
-	}
-	if l.XMLFile != "" {
+	var p payload
+	if err := json.Unmarshal(k.Body, &p); err != nil || p.XML == "" {
 		return nil, errors.New("crossref: the payload's XML was not read: give the payload to the client, which reads it (driver.Payloader)")
 	}
-	w, err := checkWork(l.DOI, l.XML)
+	w, err := checkWork(p.DOI, p.XML)
 	if err != nil {
 		return nil, err
 	}
-	up := upload{d: d, w: w, key: k.Key, fileName: fileName(k.Key, w.Timestamp)}
+	up := upload{d: d, w: w, key: k.Key, fileName: fileName(k.Key, w.Timestamp, p.Upload)}
 	return []driver.Step{{
 		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, KeepBody: true, Accepts: true,
 		Build: up.build, Judge: judgeUpload,
-		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll},
+		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll, SettleFromIntent: true},
 	}}, nil
 }
 
+// payload is a work as its steps receive it (Keyed.Body): the line with
+// its XML inline, and Upload, the part of the upload's file name drawn for
+// this deposit when the line was read. The intent keeps it with the rest
+// (Step.KeepBody), so every attempt of one intent uploads under one name.
+// A body an older deposit kept has none.
+type payload struct {
+	DOI    string `json:"doi"`
+	XML    string `json:"xml"`
+	Upload string `json:"upload,omitempty"`
+}
+
+// drawUpload draws a payload's Upload: 64 random bits, in hex.
+func drawUpload() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
 // fileName is the upload's file name, unique to the key (the work without
-// its clock) and the version (its timestamp): Crossref answers a download
-// by file name with the first upload of that name, so one name must never
-// carry two versions.
-func fileName(key string, timestamp uint64) string {
-	return "deposit-" + key[:32] + "-" + strconv.FormatUint(timestamp, 10) + ".xml"
+// its clock), the version (its timestamp) and the intent that keeps it
+// (drawn, its random part): Crossref answers a result download by file
+// name with the first upload of that name ("only the first match is
+// returned", https://support.crossref.org/hc/en-us/articles/217515926), so
+// one name must never carry two versions, nor two intents' uploads: after
+// a lost store, the same file uploaded under the first name would be
+// answered by the first upload's log, not its own. drawn "" (a body kept
+// by an older deposit) is the name that deposit used.
+func fileName(key string, timestamp uint64, drawn string) string {
+	name := "deposit-" + key[:32] + "-" + strconv.FormatUint(timestamp, 10)
+	if drawn != "" {
+		name += "-" + drawn
+	}
+	return name + ".xml"
 }
 
 // boundary is the multipart boundary of an upload: derived from the file

@@ -240,6 +240,37 @@ func TestAnOlderVersionIsReportedSupersededAndNotSentAgain(t *testing.T) {
 	require.Equal(t, uint64(20260301000000000), e.srv.Records()[0].Timestamp, "the newer deposit stands")
 }
 
+// v1 then v2 of one DOI, the store lost, v1 again: Crossref refuses the
+// re-upload by its timestamp rule and keeps v2. The line is failed, saying
+// so, never created from the first upload's log under the same file name;
+// a later run sends nothing.
+func TestALostStoreReportsAnOlderFileSupersededNotCreated(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	v1 := line("10.5555/a", "Reef", 20260101000000000, "b-1")
+	v2 := line("10.5555/a", "Reef, revised", 20260201000000000, "b-2")
+	_, sum := e.run(v1)
+	require.Equal(t, 1, sum.Created)
+	_, sum = e.run(v2)
+	require.Equal(t, 1, sum.Created)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		require.NoError(t, os.RemoveAll(e.db+suffix))
+	}
+
+	rs, sum := e.run(v1)
+	require.Equal(t, client.OutcomeFailed, rs[0].Outcome, rs[0].Err)
+	require.Zero(t, sum.Created)
+	require.ErrorContains(t, rs[0].Err, "superseded by a newer deposit: Crossref refused this file by its timestamp rule")
+	require.ErrorContains(t, rs[0].Err, "10.5555/a is registered with timestamp 20260201000000000, this file's is 20260101000000000")
+	st := e.srv.Stats()
+	require.Equal(t, int64(1), st.StaleRefused, "the re-upload was refused")
+	require.Equal(t, uint64(20260201000000000), e.srv.Records()[0].Timestamp, "v2 stands")
+
+	uploads := st.Uploads
+	rs, _ = e.run(v1)
+	require.Equal(t, client.OutcomeFailed, rs[0].Outcome)
+	require.Equal(t, uploads, e.srv.Stats().Uploads, "not sent again")
+}
+
 func TestAConflictIsDoneAndNamesTheDOIsInConflict(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{})
 	_, sum := e.run(line("10.5555/a", "Same title", 20260101000000000, "b-1"))
@@ -272,6 +303,26 @@ func TestAFileWithSeveralWorksIsInvalid(t *testing.T) {
 	require.Equal(t, client.OutcomeInvalid, rs[0].Outcome)
 	require.ErrorContains(t, rs[0].Err, "holds 2 works (doi_data: 10.5555/a, 10.5555/b): a line is one work")
 	require.Zero(t, e.srv.Stats().Requests)
+}
+
+// A deposit file declared US-ASCII (a subset of UTF-8) is registered as
+// one declared UTF-8; one declared ISO-8859-1 is invalid, saying Crossref
+// takes UTF-8 only, and nothing is sent for it.
+func TestADepositDeclaredUSASCIIIsRegisteredAndOneDeclaredLatin1IsInvalid(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	declared := func(doi, enc string) []byte {
+		x := strings.Replace(workXML(doi, "Reef", 1, "b-1"), `encoding="UTF-8"`, `encoding="`+enc+`"`, 1)
+		b, err := json.Marshal(map[string]string{"doi": doi, "xml": x})
+		require.NoError(t, err)
+		return b
+	}
+	rs, _ := e.run(declared("10.5555/ascii", "US-ASCII"), declared("10.5555/latin", "ISO-8859-1"))
+	require.Equal(t, client.OutcomeCreated, rs[0].Outcome, rs[0].Err)
+	require.Equal(t, client.OutcomeInvalid, rs[1].Outcome)
+	require.ErrorContains(t, rs[1].Err, `declares encoding "ISO-8859-1": Crossref takes UTF-8 only`)
+	st := e.srv.Stats()
+	require.Equal(t, int64(1), st.Uploads)
+	require.Equal(t, map[string]int64{"10.5555/ascii": 1}, st.Versions)
 }
 
 func TestAWorkInAFileBesideTheInputKeysAsInline(t *testing.T) {
@@ -314,6 +365,42 @@ func TestAResumedDepositPollsTheFirstUploadAndNeverSendsTheRegeneratedFile(t *te
 	st := e.srv.Stats()
 	require.Equal(t, int64(1), st.Uploads, "the queued upload is never sent again")
 	require.Equal(t, uint64(1), e.srv.Records()[0].Timestamp, "the first bytes' version, not the regenerated one")
+}
+
+// An upload cut off before it was queued (a connection reset) leaves the
+// deposit uncertain: its run looks, waits Settle, looks again and, out of
+// attempts, leaves it. The next run starts more than Settle after the
+// upload's intent was recorded, so it trusts its first look and uploads
+// again at once: Settle is counted from the upload, not from each run's
+// first look.
+func TestSettleIsCountedFromTheUploadNotFromEachRun(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{Faults: "nth=1:reset"})
+	w := line("10.5555/a", "Reef", 1, "b-1")
+	store, err := dedup.Open(e.db)
+	require.NoError(t, err)
+	tg := e.target()
+	tg.Settle = 300 * time.Millisecond
+	c, err := client.New(client.Config{Target: tg, Store: store, Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 1}})
+	require.NoError(t, err)
+	_, err = c.Deposit(context.Background(), w)
+	require.ErrorIs(t, err, client.ErrUnresolved)
+	require.NoError(t, store.Close())
+	st := e.srv.Stats()
+	require.Zero(t, st.Uploads, "the reset queued nothing")
+	require.Equal(t, int64(2), st.Downloads, "a look, Settle, and a look again")
+
+	store, err = dedup.Open(e.db)
+	require.NoError(t, err)
+	defer store.Close()
+	c, err = client.New(client.Config{Target: tg, Store: store, Retry: backoff.Policy{Base: time.Millisecond, Cap: time.Millisecond, MaxAttempts: 4}})
+	require.NoError(t, err)
+	res, err := c.Deposit(context.Background(), w)
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeCreated, res.Outcome)
+	require.True(t, res.Recovered)
+	st = e.srv.Stats()
+	require.Equal(t, int64(1), st.Uploads)
+	require.Equal(t, int64(2+1+1), st.Downloads, "one look before the upload, trusted; one poll after it")
 }
 
 func mustKeyer(t *testing.T) *canonical.Keyer {

@@ -1,12 +1,16 @@
 package crossref
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
 )
 
@@ -43,12 +47,17 @@ func TestJudgeResult(t *testing.T) {
 		{"another failure is terminal with Crossref's words", 200, result("Failure", "10.5555/reef", "Invalid ISSN"), driver.Foreign, false, "Invalid ISSN", ""},
 		{"a batch failure names the XML problem", 200, result("Failure", "", "Error validating schema crossref5.3.1.xsd : bad"), driver.Foreign, false, "Error validating schema", ""},
 		{"a result without this DOI is terminal", 200, result("Success", "10.5555/other", "Successfully added"), driver.Foreign, false, "names no record", ""},
-		{"not XML is looked at again", 200, []byte("<html>oops"), driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"a body cut before its root is looked at again", 200, []byte(`<?xml version="1.0"?>`), driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"an empty body is looked at again", 200, nil, driver.Unknown, false, "not a doi_batch_diagnostic", ""},
+		{"a diagnostic cut short is looked at again", 200, result("Success", "10.5555/reef", "Successfully added")[:120], driver.Unknown, false, "not a doi_batch_diagnostic", ""},
 		{"a 503 is looked at again", 503, nil, driver.Unknown, false, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := u.judgeResult(driver.Answer{Status: tc.status, Body: tc.body})
 			require.Equal(t, tc.kind, f.Kind)
+			if f.Kind == driver.Unknown {
+				require.True(t, f.Class.Retryable(), "class %v", f.Class)
+			}
 			require.Equal(t, tc.then, f.Then != nil)
 			require.Contains(t, f.Problem, tc.problem)
 			require.Contains(t, f.Warn, tc.warn)
@@ -57,6 +66,45 @@ func TestJudgeResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loginPageHTML is a login page as a servlet answers a wrong login, with
+// status 200: HTML that is not well-formed XML.
+const loginPageHTML = `<!DOCTYPE html>
+<html lang=en><head><meta charset=utf-8><title>Login</title></head>
+<body><p>Unauthorized&nbsp;access<br>
+<form method=post><input name=usr><input type=password name=pwd></form></body></html>`
+
+// Only a doi_batch_diagnostic is a result, and only a crossref_result a
+// query's answer: a login page, or any other root, whatever its status,
+// stops the run as a 401 does.
+func TestALoginPageStopsTheRun(t *testing.T) {
+	u := testUpload()
+	for _, tc := range []struct {
+		name, body, root string
+	}{
+		{"an HTML login page", loginPageHTML, "<html>"},
+		{"an HTML fragment", "<html>oops", "<html>"},
+		{"another XML root", `<?xml version="1.0"?><error><msg>login required</msg></error>`, "<error>"},
+		{"text", "Unauthorized: wrong login or password.", "text"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, f := range []driver.Finding{
+				u.judgeResult(driver.Answer{Status: http.StatusOK, Body: []byte(tc.body)}),
+				u.judgeLookup(driver.Answer{Status: http.StatusOK, Body: []byte(tc.body)}),
+			} {
+				require.Equal(t, driver.Unknown, f.Kind)
+				require.Equal(t, driver.Stop, f.Class)
+				require.Contains(t, f.Problem, "is "+tc.root+", not a ")
+				require.Contains(t, f.Problem, "login page, its answer to a wrong login or password")
+			}
+		})
+	}
+	v := judgeUpload(driver.Answer{Status: http.StatusOK, Body: []byte(loginPageHTML)})
+	require.Equal(t, driver.Stop, v.Class)
+	require.Contains(t, v.Problem, "login page")
+	f := u.judgeLookup(driver.Answer{Status: http.StatusOK, Body: query("20260101000000000")[:60]})
+	require.Equal(t, driver.Ambiguous, f.Class, "a query answer cut short is looked at again")
 }
 
 func query(ts string) []byte {
@@ -85,11 +133,72 @@ func TestJudgeUpload(t *testing.T) {
 	require.Equal(t, driver.Stop, judgeUpload(driver.Answer{Status: http.StatusUnauthorized}).Class)
 }
 
+// Each read of a line draws a file name of its own, under one key: the
+// intent keeps the body, so one intent uploads under one name, and a
+// deposit after a lost store under a name no earlier upload had. A body an
+// older deposit kept, without the drawn part, keeps its name.
+func TestEachReadOfALineDrawsAFileNameOfItsOwn(t *testing.T) {
+	drv, err := Target{}.Driver()
+	require.NoError(t, err)
+	d := drv.(crossrefDriver)
+	x := `<doi_batch><head><doi_batch_id>b</doi_batch_id><timestamp>12</timestamp></head><body><dataset><doi_data><doi>10.1/a</doi></doi_data></dataset></body></doi_batch>`
+	text, err := json.Marshal(map[string]string{"doi": "10.1/a", "xml": x})
+	require.NoError(t, err)
+	nameOf := func(body []byte) string {
+		steps, err := d.Steps(canonical.Keyed{Key: strings.Repeat("ab", 32), Body: body}, "")
+		require.NoError(t, err)
+		req, err := steps[0].Check.Build(nil)
+		require.NoError(t, err)
+		u, err := url.Parse(req.URL)
+		require.NoError(t, err)
+		return u.Query().Get("file_name")
+	}
+	b1, k1, err := d.Payload(text)
+	require.NoError(t, err)
+	b2, k2, err := d.Payload(text)
+	require.NoError(t, err)
+	require.Equal(t, k1, k2, "one key")
+	n1, n2 := nameOf(b1), nameOf(b2)
+	require.NotEqual(t, n1, n2)
+	require.Regexp(t, `^deposit-(ab){16}-12-[0-9a-f]{16}\.xml$`, n1)
+	require.Equal(t, "deposit-"+strings.Repeat("ab", 16)+"-12.xml", nameOf(text), "a body kept without a drawn part")
+}
+
 func TestKeyedXML(t *testing.T) {
 	a := `<doi_batch><head><doi_batch_id>b-1</doi_batch_id><timestamp>1</timestamp></head><body><x:timestamp>keep</x:timestamp></body></doi_batch>`
 	require.Equal(t, `<doi_batch><head><doi_batch_id></doi_batch_id><timestamp></timestamp></head><body><x:timestamp>keep</x:timestamp></body></doi_batch>`, keyedXML(a))
 	b := `<cr:doi_batch><cr:head><cr:doi_batch_id id="1">b-2</cr:doi_batch_id ><cr:timestamp>2</cr:timestamp></cr:head></cr:doi_batch>`
 	require.Equal(t, `<cr:doi_batch><cr:head><cr:doi_batch_id id="1"></cr:doi_batch_id ><cr:timestamp></cr:timestamp></cr:head></cr:doi_batch>`, keyedXML(b))
+}
+
+// US-ASCII is a subset of UTF-8: a file that declares it, under any of
+// its names, is a work; a byte above 0x7F under it, or any other
+// encoding, is invalid with words that say Crossref takes UTF-8 only.
+func TestCheckWorkTakesUTF8AndUSASCIIOnly(t *testing.T) {
+	body := `<doi_batch><head><doi_batch_id>b</doi_batch_id><timestamp>12</timestamp></head><body><dataset><doi_data><doi>10.1/a</doi></doi_data></dataset></body></doi_batch>`
+	declared := func(enc string) string { return `<?xml version="1.0" encoding="` + enc + `"?>` + "\n" + body }
+	for _, enc := range []string{"UTF-8", "utf-8", "US-ASCII", "us-ascii", "ASCII", "ascii", "ANSI_X3.4-1968", "ISO646-US", "csASCII"} {
+		t.Run(enc+" is taken", func(t *testing.T) {
+			w, err := checkWork("10.1/a", declared(enc))
+			require.NoError(t, err)
+			require.Equal(t, uint64(12), w.Timestamp)
+		})
+	}
+	accented := strings.Replace(declared("US-ASCII"), "<dataset>", "<dataset>Caf\xc3\xa9", 1)
+	for _, tc := range []struct{ name, xml, want string }{
+		{"a byte above 0x7F under US-ASCII is refused", accented, fmt.Sprintf(
+			`declares encoding "US-ASCII" but holds byte 0xC3 at offset %d, which US-ASCII has not: Crossref takes UTF-8 only`, strings.Index(accented, "\xc3"))},
+		{"ISO-8859-1 is refused", declared("ISO-8859-1"), `declares encoding "ISO-8859-1": Crossref takes UTF-8 only`},
+		{"windows-1252 is refused", declared("windows-1252"), `declares encoding "windows-1252": Crossref takes UTF-8 only`},
+		{"UTF-16 is refused", declared("UTF-16"), `declares encoding "UTF-16": Crossref takes UTF-8 only`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := checkWork("10.1/a", tc.xml)
+			require.ErrorIs(t, err, ErrInvalidWork)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "well-formed")
+		})
+	}
 }
 
 func TestCheckWork(t *testing.T) {

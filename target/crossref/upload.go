@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -56,7 +58,9 @@ func (u upload) build([]string) (driver.Request, error) {
 
 // judgeUpload reads the deposit's answer: a 200 page saying the batch was
 // "successfully received" means queued, no more (CDLUC3/ezid's
-// proc-crossref.py tests for that sentence); any other 200 confirms
+// proc-crossref.py tests for that sentence); a 200 page that asks for a
+// password is the login page, the answer to a wrong login, which stops
+// the run as a 401 does (nothing was queued); any other 200 confirms
 // nothing. Other statuses are the shared table's.
 func judgeUpload(a driver.Answer) driver.Verdict {
 	if a.Err != nil || a.Status != http.StatusOK {
@@ -65,7 +69,57 @@ func judgeUpload(a driver.Answer) driver.Verdict {
 	if bytes.Contains(a.Body, []byte("SUCCESS")) && bytes.Contains(bytes.ToLower(a.Body), []byte("successfully received")) {
 		return driver.Verdict{Class: driver.Accepted}
 	}
+	if passwordField.Match(a.Body) {
+		return driver.Verdict{Class: driver.Stop, Problem: "Crossref answered with " + loginPage}
+	}
 	return driver.Verdict{Class: driver.Ambiguous, Problem: "Crossref answered 200 without saying the batch was received: " + snippet(a.Body)}
+}
+
+// passwordField matches an HTML form's password input: a page with one is
+// a login page.
+var passwordField = regexp.MustCompile(`(?i)<input\b[^>]*\btype\s*=\s*["']?password\b`)
+
+// loginPage is what a login page is.
+const loginPage = "its login page, its answer to a wrong login or password"
+
+// rootOf reads the name of body's root element, as far as it goes: ok is
+// false when the body ends, or stops being markup, before any element
+// (a body cut short: look again); name is "" for a body of text.
+// HTML is read leniently, so that a login page is named by its root.
+func rootOf(body []byte) (name string, ok bool) {
+	dec := xml.NewDecoder(bytes.NewReader(body))
+	dec.Strict, dec.AutoClose, dec.Entity = false, xml.HTMLAutoClose, xml.HTMLEntity
+	dec.CharsetReader = func(_ string, r io.Reader) (io.Reader, error) { return r, nil }
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			return t.Name.Local, true
+		case xml.CharData:
+			if len(bytes.TrimSpace(t)) > 0 {
+				return "", true
+			}
+		}
+	}
+}
+
+// notTheAnswer judges an answer of status 200 whose root is not want: a
+// login page (HTML, or any document other than want) stops the run, as a
+// 401 does, for it concerns every item; one cut short before its root is
+// looked at again.
+func notTheAnswer(what, want string, body []byte) driver.Finding {
+	root, ok := rootOf(body)
+	if !ok {
+		return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: what + " is not a " + want + ": " + snippet(body)}
+	}
+	got := "text"
+	if root != "" {
+		got = "<" + root + ">"
+	}
+	return driver.Finding{Kind: driver.Unknown, Class: driver.Stop, Problem: fmt.Sprintf("%s is %s, not a %s: taken for Crossref's %s", what, got, want, strings.TrimPrefix(loginPage, "its "))}
 }
 
 // result looks up the upload's result by its file name.
@@ -96,6 +150,9 @@ const staleVersion = "Record not processed because submitted version"
 func (u upload) judgeResult(a driver.Answer) driver.Finding {
 	if a.Err != nil || a.Status != http.StatusOK {
 		return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+	}
+	if root, _ := rootOf(a.Body); root != "doi_batch_diagnostic" {
+		return notTheAnswer("the result download", "doi_batch_diagnostic", a.Body)
 	}
 	var d diagnostic
 	if err := xml.Unmarshal(a.Body, &d); err != nil {
@@ -155,6 +212,9 @@ func (u upload) judgeLookup(a driver.Answer) driver.Finding {
 	if a.Err != nil || a.Status != http.StatusOK {
 		return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 	}
+	if root, _ := rootOf(a.Body); root != "crossref_result" {
+		return notTheAnswer("the XML query answer", "crossref_result", a.Body)
+	}
 	var r queryResult
 	if err := xml.Unmarshal(a.Body, &r); err != nil || len(r.Query) == 0 {
 		return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the XML query answer is not a crossref_result: " + snippet(a.Body)}
@@ -175,7 +235,8 @@ func (u upload) judgeLookup(a driver.Answer) driver.Finding {
 		return driver.Finding{Kind: driver.Present, ID: u.w.DOI}
 	case n > u.w.Timestamp:
 		return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
-			"superseded by a newer deposit: %s is registered with timestamp %d, this file's is %d; not sent again", u.w.DOI, n, u.w.Timestamp)}
+			"superseded by a newer deposit: Crossref refused this file by its timestamp rule, as not newer than the version it holds: %s is registered with timestamp %d, this file's is %d; not sent again",
+			u.w.DOI, n, u.w.Timestamp)}
 	default:
 		return driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 			"Crossref refused %s's timestamp %d as not newer, yet shows %d registered", u.w.DOI, u.w.Timestamp, n)}

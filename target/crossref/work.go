@@ -79,6 +79,9 @@ func readXML(l line, dir string) (string, error) {
 func checkWork(doi, text string) (work, error) {
 	w := work{DOI: doi, XML: text}
 	got, err := scanXML(text)
+	if enc, ok := errors.AsType[*encodingError](err); ok {
+		return w, fmt.Errorf("%w: DOI %s: %w", ErrInvalidWork, doi, enc)
+	}
 	if err != nil {
 		return w, fmt.Errorf("%w: DOI %s: the deposit XML is not well-formed: %w", ErrInvalidWork, doi, err)
 	}
@@ -113,6 +116,7 @@ type scanned struct {
 func scanXML(text string) (scanned, error) {
 	var s scanned
 	dec := xml.NewDecoder(strings.NewReader(text))
+	dec.CharsetReader = func(label string, r io.Reader) (io.Reader, error) { return charset(text, label, r) }
 	var path []string
 	var chars strings.Builder
 	for {
@@ -142,6 +146,49 @@ func scanXML(text string) (scanned, error) {
 		return s, errors.New("unexpected end of the document")
 	}
 	return s, nil
+}
+
+// asciiLabels are the names of US-ASCII, lower case: IANA's name and
+// aliases (https://www.iana.org/assignments/character-sets/character-sets.xhtml)
+// and "ascii", which Java's charset and libxml2 take as well.
+var asciiLabels = map[string]bool{
+	"us-ascii": true, "ascii": true, "iso-ir-6": true, "ansi_x3.4-1968": true, "ansi_x3.4-1986": true,
+	"iso_646.irv:1991": true, "iso646-us": true, "us": true, "ibm367": true, "cp367": true, "csascii": true,
+}
+
+// encodingError is a deposit XML whose declared encoding Crossref cannot
+// take: all XML it is sent must be UTF-8
+// (https://www.crossref.org/documentation/register-maintain-records/direct-deposit-xml/).
+// US-ASCII is a subset of UTF-8, so a file that declares it is taken as
+// long as each byte is below 0x80.
+type encodingError struct {
+	label  string
+	offset int  // of the first byte above 0x7F under a US-ASCII label; -1 otherwise
+	b      byte // that byte
+}
+
+func (e *encodingError) Error() string {
+	if e.offset >= 0 {
+		return fmt.Sprintf("the deposit XML declares encoding %q but holds byte 0x%X at offset %d, which US-ASCII has not: Crossref takes UTF-8 only; declare encoding=\"UTF-8\"",
+			e.label, e.b, e.offset)
+	}
+	return fmt.Sprintf("the deposit XML declares encoding %q: Crossref takes UTF-8 only (US-ASCII, a part of it, too); convert the file to UTF-8 and declare encoding=\"UTF-8\"", e.label)
+}
+
+// charset is the XML decoder's CharsetReader for text: under a US-ASCII
+// label, r itself when every byte of text is ASCII (UTF-8 reads it the
+// same); an *encodingError otherwise. The decoder takes UTF-8 without
+// asking.
+func charset(text, label string, r io.Reader) (io.Reader, error) {
+	if !asciiLabels[strings.ToLower(strings.TrimSpace(label))] {
+		return nil, &encodingError{label: label, offset: -1}
+	}
+	for i := range len(text) {
+		if text[i] >= 0x80 {
+			return nil, &encodingError{label: label, offset: i, b: text[i]}
+		}
+	}
+	return r, nil
 }
 
 // ended notes the text of the element that path ends in.
