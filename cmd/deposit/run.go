@@ -132,9 +132,11 @@ Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","recovered","unread","skipped","leases_lost","requests","retries",
-"rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over the
-lines read; "unread" counts the non-blank lines a run that stopped early never
+"unresolved","not_sent","recovered","unread","skipped","leases_lost","requests",
+"retries","rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over
+the lines read; "not_sent" counts the unresolved items (among "unresolved")
+this run sent no request for: read, but stopped or interrupted before their
+first; "unread" counts the non-blank lines a run that stopped early never
 read, "skipped" those left to other shards (--shard); "leases_lost" counts the
 leases given up, not renewed in time (their items are unresolved);
 "rechecks" counts the requests (among "requests") that looked again for
@@ -239,6 +241,7 @@ type summaryJSON struct {
 	Failed     int   `json:"failed"`
 	Invalid    int   `json:"invalid"`
 	Unresolved int   `json:"unresolved"`
+	NotSent    int   `json:"not_sent"`
 	Recovered  int   `json:"recovered"`
 	Unread     int64 `json:"unread"`
 	Skipped    int   `json:"skipped"`
@@ -426,7 +429,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, recoveredShown: int(shown)}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: int(shown)}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: no new requests were sent, the answers in flight were recorded; run the same command again to finish (safe)\n")
@@ -452,7 +455,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if o.json {
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
-			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
+			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, NotSent: sum.NotSent, Recovered: sum.Recovered,
 			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
@@ -705,6 +708,8 @@ type tail struct {
 	// stopped: an answer or the endpoint stopped the run (not an
 	// interrupt); the stop's message gives the one advice.
 	stopped bool
+	// interrupted: SIGINT or SIGTERM stopped the run.
+	interrupted bool
 	// recoveredShown: the recovered items named on stderr.
 	recoveredShown int
 }
@@ -736,11 +741,22 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
+	// An item this run sent nothing for is not called uncertain: nothing
+	// this run did can have made it.
+	sent := sum.Unresolved - sum.NotSent
 	switch {
-	case sum.Unresolved > 0 && t.stopped:
-		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles %s safely\n", plural(sum.Unresolved, "item"), pick(sum.Unresolved, "it", "them"))
-	case sum.Unresolved > 0:
-		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
+	case sent > 0 && t.stopped:
+		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles %s safely\n", plural(sent, "item"), pick(sent, "it", "them"))
+	case sent > 0:
+		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sent, "item"))
+	}
+	switch n := sum.NotSent; {
+	case n > 0 && t.stopped:
+		fmt.Fprintf(w, "  %s not sent: the run stopped before %s first request; once that is fixed, running again sends %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
+	case n > 0 && t.interrupted:
+		fmt.Fprintf(w, "  %s not sent: the run was interrupted before %s first request; run the same command again to send %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
+	case n > 0:
+		fmt.Fprintf(w, "  %s not sent: the run ended before %s first request; run the same command again to send %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
 	}
 	switch {
 	case sum.Failed > 0 && t.keyReused == sum.Failed:
