@@ -126,6 +126,11 @@ func (s Shard) holds(key string) bool {
 // Summary counts what a batch did. Total is the sum of the six outcomes.
 type Summary struct {
 	Total, Created, Existing, Replayed, Failed, Invalid, Unresolved int
+	// NotSent counts the Unresolved items that sent no request in this
+	// batch (Requests 0): read, but stopped, interrupted or waiting for
+	// another process's lease before their first request. What the server
+	// holds for them is what earlier runs or other processes left.
+	NotSent int
 	// Skipped counts items left to other shards (BatchOptions.Shard), apart
 	// from Total.
 	Skipped int
@@ -148,6 +153,9 @@ type Summary struct {
 func (s *Summary) retract(l unsettledLine) {
 	s.Total--
 	s.Unresolved--
+	if l.requests == 0 {
+		s.NotSent--
+	}
 	s.Requests -= l.requests
 	s.Retries -= l.retries
 	s.Rechecks -= l.rechecks
@@ -172,6 +180,9 @@ func (s *Summary) add(r ItemResult) {
 		s.Invalid++
 	default:
 		s.Unresolved++
+		if r.Requests == 0 {
+			s.NotSent++
+		}
 	}
 	if r.Recovered && r.Err == nil {
 		s.Recovered++

@@ -419,12 +419,21 @@ func (c *Client) Key(payload []byte) (canonical.Keyed, error) {
 
 // KeyPayload returns the key and body of payload under keyer, as drv reads
 // it: a driver.Payloader gives the body its steps receive and the text the
-// key covers; any other driver the payload as it is.
+// key covers; any other driver, or a nil one, the payload as it is. A
+// payload that is not a document (a bare string, number, true, false or
+// null) has no key: Client.Run refuses it with this error, and so does
+// any tool that prints keys through KeyPayload.
 func KeyPayload(keyer *canonical.Keyer, drv driver.Driver, payload []byte) (canonical.Keyed, error) {
 	k, err := keyer.Key(payload)
-	p, ok := drv.(driver.Payloader)
-	if err != nil || !ok {
+	if err != nil {
 		return k, err
+	}
+	if err := checkDocument(k.Body); err != nil {
+		return canonical.Keyed{}, err
+	}
+	p, ok := drv.(driver.Payloader)
+	if !ok {
+		return k, nil
 	}
 	body, keyText, err := p.Payload(k.Body)
 	if err != nil {

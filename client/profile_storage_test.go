@@ -214,7 +214,7 @@ func TestCouchDBRefusesWhatIsNotADocument(t *testing.T) {
 		name, payload, problem string
 	}{
 		{"an array is invalid", `[1,2]`, "a document must be a JSON object"},
-		{"a string is invalid", `"text"`, "a document must be a JSON object"},
+		{"a string is invalid", `"text"`, "the payload is a string, not a document"}, // refused when keyed, for every target
 		{"a reserved top-level member is invalid", `{"_rev":"1-abc","title":"x"}`, `top-level member "_rev"`},
 	}
 	for _, tt := range tests {

@@ -23,8 +23,9 @@ type Target interface {
 }
 
 // stepsOf is the target's steps for k. A payload that is not a document
-// is refused for every target: by the target's own check where it has a
-// stricter one (a record), else here.
+// is refused for every target when it is keyed (KeyPayload), and here
+// again for the body an earlier attempt kept (keptSteps); the target's own
+// check refuses what a record does not take (an array).
 func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
 	steps, err := c.target.Steps(k, dir)
 	if err != nil {

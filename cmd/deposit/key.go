@@ -15,7 +15,8 @@ import (
 const keyAbout = `Prints the key of each non-blank line of FILE ("-" reads stdin) as
 LINE<TAB>KEY, without depositing anything: compare keys with other languages'
 implementations, or check what --ignore changes. Invalid lines are reported on
-stderr with their line number; the exit status is then 1.
+stderr with their line number, in the words of deposit run (a line that is not
+a document, such as 42 or a bare string, among them); the exit status is then 1.
 
 A target that keys its lines its own way is named with --protocol: under
 crossref a line is one work, {"doi":D,"xml":X} or {"doi":D,"xml_file":P} with
@@ -123,7 +124,9 @@ func keyDriver(proto, input string) (driver.Driver, error) {
 	return spec.ownKeys(inputDir(input)).Driver()
 }
 
-// keyOf is the key of one input item, as drv reads it when set.
+// keyOf is the key of one input item, as drv reads it when set. A line
+// is keyed as deposit run keys it (client.KeyPayload), so that key refuses
+// the lines run refuses, in the same words.
 func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item) (string, error) {
 	if it.Err != nil {
 		return "", it.Err
@@ -132,10 +135,6 @@ func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item) (string, error
 		keyed, err := k.DatasetKey(d.Dir, d.Metadata, d.Files)
 		return keyed.Key, err
 	}
-	if drv != nil {
-		keyed, err := client.KeyPayload(k, drv, it.Payload)
-		return keyed.Key, err
-	}
-	keyed, err := k.Key(it.Payload)
+	keyed, err := client.KeyPayload(k, drv, it.Payload)
 	return keyed.Key, err
 }

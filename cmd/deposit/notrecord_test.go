@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -104,4 +106,46 @@ func TestRunRefusesAPayloadThatIsNotADocument(t *testing.T) {
 			require.Equal(t, 8, s.Total)
 		})
 	}
+}
+
+// deposit key and deposit run read one input alike: key prints a key for
+// exactly the lines run deposits, and names every line run refuses as
+// invalid in the same words, a line that is no document among them.
+func TestKeyRefusesTheLinesRunRefusesInTheSameWords(t *testing.T) {
+	srv := newServer(t, repotest.Config{})
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl",
+		`{"title":"first"}`, // 1
+		`42`,                // 2
+		`"a bare string"`,   // 3
+		`null`,              // 4
+		`true`,              // 5
+		`[1,2,3]`,           // 6: a document under put
+		`{"title":`,         // 7
+		``,                  // 8
+		`{"title":"last"}`,  // 9
+	)
+	results := filepath.Join(dir, "results.jsonl")
+
+	k := deposit(t, nil, "key", input)
+	r := deposit(t, nil, "run", "--endpoint", srv.URL, "--db", filepath.Join(dir, "deposit.db"), "--results", results, input)
+
+	require.Equal(t, exitFailed, k.code, k.stderr)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	invalid := regexp.MustCompile(`(?m)^line \d+: invalid: .*$`)
+	keyInvalid, runInvalid := invalid.FindAllString(k.stderr, -1), invalid.FindAllString(r.stderr, -1)
+	require.Len(t, keyInvalid, 5, k.stderr)
+	require.ElementsMatch(t, keyInvalid, runInvalid, "the same lines refused, in the same words")
+	require.Contains(t, k.stderr, "line 2: invalid: the payload is a number, not a document: want a JSON object or array")
+	require.Contains(t, k.stderr, "line 3: invalid: the payload is a string, not a document: want a JSON object or array")
+
+	text, err := os.ReadFile(results)
+	require.NoError(t, err)
+	var deposited []string
+	for _, o := range jsonLines(t, string(text)) {
+		if o["outcome"] != "invalid" {
+			deposited = append(deposited, fmt.Sprintf("%d\t%s", int(o["line"].(float64)), o["key"]))
+		}
+	}
+	require.ElementsMatch(t, deposited, strings.Split(strings.TrimSpace(k.stdout), "\n"), "key prints the key of each line run deposits")
 }

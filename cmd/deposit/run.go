@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/protocol"
+	"github.com/depositkit/deposit/internal/sqlitefile"
 	"github.com/depositkit/deposit/target/datacite"
 	"github.com/depositkit/deposit/target/invenio"
 )
@@ -131,9 +133,11 @@ Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","recovered","unread","skipped","leases_lost","requests","retries",
-"rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over the
-lines read; "unread" counts the non-blank lines a run that stopped early never
+"unresolved","not_sent","recovered","unread","skipped","leases_lost","requests",
+"retries","rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over
+the lines read; "not_sent" counts the unresolved items (among "unresolved")
+this run sent no request for: read, but stopped or interrupted before their
+first; "unread" counts the non-blank lines a run that stopped early never
 read, "skipped" those left to other shards (--shard); "leases_lost" counts the
 leases given up, not renewed in time (their items are unresolved);
 "rechecks" counts the requests (among "requests") that looked again for
@@ -148,6 +152,8 @@ lease (--lease) expires.
 --results FILE: one JSON object per non-blank line, in completion order:
 {"line","key","outcome","identifier","record","status","error"}, absent values
 omitted; "record" is the record id beside the DOI under --protocol invenio.
+A FILE that is the input, the --db store or a file beside it (-wal, -shm,
+-journal, -owners), or any SQLite file, is refused (exit 2).
 
 Exit status: 2 could not proceed (usage, store, settings mismatch, endpoint
 unreachable, 401/403/404/501); 3 some items unresolved (run again); 1 some
@@ -237,6 +243,7 @@ type summaryJSON struct {
 	Failed     int   `json:"failed"`
 	Invalid    int   `json:"invalid"`
 	Unresolved int   `json:"unresolved"`
+	NotSent    int   `json:"not_sent"`
 	Recovered  int   `json:"recovered"`
 	Unread     int64 `json:"unread"`
 	Skipped    int   `json:"skipped"`
@@ -312,6 +319,11 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		if !specOf(proto).storesFiles {
 			fmt.Fprintf(s.stderr, "deposit run: --datasets: %s stores each dataset's document (its files' paths, SHA-256 and sizes), not the files' bytes; s3, couchdb and invenio store the files\n", proto)
 		}
+	}
+
+	// Before anything is opened for writing: os.Create would empty it.
+	if err := checkResults(o, s.stdin); err != nil {
+		return none, c.usageError(s, "%v", err)
 	}
 
 	in, size, err := openInput(o.input, s.stdin)
@@ -421,7 +433,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, recoveredShown: int(shown)}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: int(shown)}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: %s; run the same command again to finish (safe)\n", ack.outcome())
@@ -447,7 +459,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	if o.json {
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
-			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, Recovered: sum.Recovered,
+			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, NotSent: sum.NotSent, Recovered: sum.Recovered,
 			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
@@ -741,6 +753,8 @@ type tail struct {
 	// stopped: an answer or the endpoint stopped the run (not an
 	// interrupt); the stop's message gives the one advice.
 	stopped bool
+	// interrupted: SIGINT or SIGTERM stopped the run.
+	interrupted bool
 	// recoveredShown: the recovered items named on stderr.
 	recoveredShown int
 }
@@ -772,11 +786,22 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if t.unread > 0 {
 		fmt.Fprintf(w, "  %s not read: the run stopped before them (they are not in the %s above)\n", plural(int(t.unread), "line"), plural(sum.Total, "item"))
 	}
+	// An item this run sent nothing for is not called uncertain: nothing
+	// this run did can have made it.
+	sent := sum.Unresolved - sum.NotSent
 	switch {
-	case sum.Unresolved > 0 && t.stopped:
-		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles %s safely\n", plural(sum.Unresolved, "item"), pick(sum.Unresolved, "it", "them"))
-	case sum.Unresolved > 0:
-		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sum.Unresolved, "item"))
+	case sent > 0 && t.stopped:
+		fmt.Fprintf(w, "  %s unresolved: the run stopped (below); once that is fixed, running again settles %s safely\n", plural(sent, "item"), pick(sent, "it", "them"))
+	case sent > 0:
+		fmt.Fprintf(w, "  %s unresolved: outcome unknown; run the same command again (safe: nothing is created twice)\n", plural(sent, "item"))
+	}
+	switch n := sum.NotSent; {
+	case n > 0 && t.stopped:
+		fmt.Fprintf(w, "  %s not sent: the run stopped before %s first request; once that is fixed, running again sends %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
+	case n > 0 && t.interrupted:
+		fmt.Fprintf(w, "  %s not sent: the run was interrupted before %s first request; run the same command again to send %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
+	case n > 0:
+		fmt.Fprintf(w, "  %s not sent: the run ended before %s first request; run the same command again to send %s\n", plural(n, "item"), pick(n, "its", "their"), pick(n, "it", "them"))
 	}
 	switch {
 	case sum.Failed > 0 && t.keyReused == sum.Failed:
@@ -884,6 +909,115 @@ func diskFull(err error) string {
 type resultWriter struct {
 	f   *os.File
 	err error
+}
+
+// checkResults refuses a --results file that is what the run reads or
+// keeps: the input, the SQLite store or a file kept beside it
+// (dedup.SQLiteFiles), or any SQLite database. Paths are compared as files
+// (device and inode), so that another spelling, a hard link or a symbolic
+// link is refused too; a file not there yet by its folder and name, as
+// os.Create would make it. It writes nothing, and reads no more than the
+// first bytes of an existing file.
+func checkResults(o runOptions, stdin io.Reader) error {
+	if o.results == "" {
+		return nil
+	}
+	refuse := func(what string) error {
+		return fmt.Errorf("--results %s is %s: the results would overwrite it; give --results a file of its own", o.results, what)
+	}
+	switch f, ok := stdin.(*os.File); {
+	case o.input != "-":
+		if sameFile(o.results, o.input) {
+			return refuse("the input " + o.input)
+		}
+	case ok:
+		ri, rerr := os.Stat(o.results)
+		ii, ierr := f.Stat()
+		if rerr == nil && ierr == nil && os.SameFile(ri, ii) {
+			return refuse("the input (stdin)")
+		}
+	}
+	if !isPostgres(o.db) {
+		for _, p := range dedup.SQLiteFiles(o.db) {
+			what := storeFile(p)
+			switch {
+			case sameFile(o.results, p) && what == "":
+				return refuse("the store --db " + o.db)
+			case sameFile(o.results, p) && p == o.results:
+				return refuse(fmt.Sprintf("the %s of the store --db %s", what, o.db))
+			case sameFile(o.results, p):
+				return refuse(fmt.Sprintf("%s, the %s of the store --db %s", p, what, o.db))
+			case inFolder(o.results, p):
+				return refuse(fmt.Sprintf("in %s, the %s of the store --db %s", p, what, o.db))
+			}
+		}
+	}
+	if sqlitefile.HasHeader(o.results) {
+		return refuse("a SQLite database")
+	}
+	return nil
+}
+
+// storeFile names what a path of dedup.SQLiteFiles holds, by its suffix;
+// "" for the store itself.
+func storeFile(p string) string {
+	for _, f := range []struct{ suffix, what string }{
+		{"-wal", "write-ahead log"}, {"-shm", "shared-memory index"},
+		{"-journal", "rollback journal"}, {"-owners", "folder of owner locks"},
+	} {
+		if strings.HasSuffix(p, f.suffix) {
+			return f.what
+		}
+	}
+	return ""
+}
+
+// sameFile reports whether paths a and b name one file: the same device
+// and inode if both exist; if neither does, the same name in the same
+// folder, after the symbolic links that os.Create would follow.
+func sameFile(a, b string) bool {
+	ai, aerr := os.Stat(a)
+	bi, berr := os.Stat(b)
+	switch {
+	case aerr == nil && berr == nil:
+		return os.SameFile(ai, bi)
+	case aerr == nil || berr == nil:
+		return false
+	}
+	a, b = followLinks(a), followLinks(b)
+	if filepath.Base(a) != filepath.Base(b) {
+		return false
+	}
+	ad, aerr := os.Stat(filepath.Dir(a))
+	bd, berr := os.Stat(filepath.Dir(b))
+	return aerr == nil && berr == nil && os.SameFile(ad, bd)
+}
+
+// inFolder reports whether the file at path is, or would be made, in the
+// folder dir.
+func inFolder(path, dir string) bool {
+	di, err := os.Stat(dir)
+	if err != nil || !di.IsDir() {
+		return false
+	}
+	pi, err := os.Stat(filepath.Dir(followLinks(path)))
+	return err == nil && os.SameFile(pi, di)
+}
+
+// followLinks follows the symbolic links that path's last element is, a
+// dangling one too, as opening it would; at most 40, as Linux does.
+func followLinks(path string) string {
+	for range 40 {
+		target, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return path
 }
 
 func createResults(path string) (*resultWriter, error) {

@@ -61,6 +61,21 @@ func ReadHeader(path string) (Header, error) {
 	return h, nil
 }
 
+// HasHeader reports whether the file at path begins with the string that
+// opens every SQLite 3 database, reading those 16 bytes and nothing else:
+// any program's database, sound or not past them. A missing or unreadable
+// file, a directory or a shorter file reports false.
+func HasHeader(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [len(magic)]byte
+	_, err = io.ReadFull(f, b[:])
+	return err == nil && string(b[:]) == magic
+}
+
 // readHeader is ReadHeader, except that a file whose header is sound but
 // which is shorter than the header says (or not a whole number of pages)
 // gives an error wrapping errTruncated together with the header.

@@ -372,3 +372,41 @@ func sums(t *testing.T, paths ...string) [][32]byte {
 	}
 	return out
 }
+
+// HasHeader tells any program's SQLite file, sound or not past its first
+// 16 bytes, from everything else, and changes nothing.
+func TestHasHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, path string)
+		want bool
+	}{
+		{"a database in WAL mode", ours, true},
+		{"another program's database", func(t *testing.T, path string) {
+			exec(t, path, "", "CREATE TABLE notes (body TEXT)")
+		}, true},
+		{"a database cut after its first 16 bytes", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(magic+"\x10"), 0o644))
+		}, true},
+		{"15 bytes of the header", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(magic[:15]), 0o644))
+		}, false},
+		{"JSON Lines", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(`{"line":1,"outcome":"created"}`+"\n"), 0o644))
+		}, false},
+		{"an empty file", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, nil, 0o644))
+		}, false},
+		{"a directory", func(t *testing.T, path string) { require.NoError(t, os.Mkdir(path, 0o755)) }, false},
+		{"no file", func(t *testing.T, path string) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "x.db")
+			tc.make(t, path)
+			before := files(t, dir)
+			require.Equal(t, tc.want, HasHeader(path))
+			require.Equal(t, before, files(t, dir))
+		})
+	}
+}
