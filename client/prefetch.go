@@ -6,7 +6,6 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
-	"github.com/depositkit/deposit/driver"
 )
 
 // A batch's items pass through a look-ahead before its workers: it computes
@@ -221,7 +220,7 @@ func (a *lookAhead) pass(j job) {
 // the others on, in input order. It returns how many it passed on.
 func (a *lookAhead) answer(jobs []job) (missed int) {
 	c := a.c
-	_, seeds := c.target.(driver.Seeder)
+	_, seeds := seederOf(c.target)
 	a.steps, a.queries, a.asks, a.recs, a.missed = a.steps[:0], a.queries[:0], a.asks[:0], a.recs[:0], a.missed[:0]
 	for i, j := range jobs {
 		ss, err := c.stepsOf(*j.k, "")
@@ -319,7 +318,7 @@ func (c *Client) finished(key string, steps []step, f found) (_ Result, ok bool)
 	if s := steps[len(steps)-1]; !s.Durable || !isDone(f.get(s.Target, s.Key)) {
 		return Result{}, false
 	}
-	_, seeds := c.target.(driver.Seeder)
+	_, seeds := seederOf(c.target)
 	var primary *dedup.Record
 	prior := make([]string, len(steps))
 	for i, s := range steps {

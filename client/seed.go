@@ -19,7 +19,8 @@ import (
 // not per step, and the small engine hooks they need:
 //
 //   - A store with no record of having scanned the target scans the
-//     server once, paged, for every record that carries a marker, and
+//     server once (paged, or a chain of looks: driver.ChainSeeder) for
+//     every record that carries a marker, and
 //     keeps what it found with a "scanned" mark in one transaction
 //     (dedup's scan tables): a scan cut short keeps nothing, and the next
 //     run scans again. While one process scans, the others sharing the
@@ -60,11 +61,50 @@ type seeding struct {
 	done bool          // the store holds the scan
 }
 
+// seederOf is the seeding of target d as a chain of looks: a
+// driver.ChainSeeder as it is, a driver.Seeder's pages chained; ok is
+// false for a target that seeds nothing.
+func seederOf(d driver.Driver) (_ driver.ChainSeeder, ok bool) {
+	switch sd := d.(type) {
+	case driver.ChainSeeder:
+		return sd, true
+	case driver.Seeder:
+		return pagedSeeder{sd}, true
+	}
+	return nil, false
+}
+
+// pagedSeeder is a Seeder's scan as a chain: page after page until the
+// pages hold the search's total; a total above the search's window stops
+// the run.
+type pagedSeeder struct{ driver.Seeder }
+
+func (p pagedSeeder) ScanStart() *driver.ScanLook        { return p.page(1, 0) }
+func (p pagedSeeder) ScanProblem(a driver.Answer) string { return p.Seeder.ScanProblem(a.Body) }
+
+// page is the look of page n, seen hits after the pages before it.
+func (p pagedSeeder) page(n, seen int) *driver.ScanLook {
+	return &driver.ScanLook{Request: p.ScanPage(n), Read: func(a driver.Answer) ([]driver.Found, *driver.ScanLook, bool, error) {
+		found, hits, total, ok := p.ReadScan(a)
+		switch {
+		case !ok:
+			return nil, nil, false, nil
+		case total > p.ScanWindow():
+			return nil, nil, true, fmt.Errorf("%w: the server holds %d records and drafts of this account, and its search answers only the first %d, so records of earlier deposits could be missed and created again",
+				errScanWindow, total, p.ScanWindow())
+		}
+		if seen += hits; hits == 0 || seen >= total || seen >= p.ScanWindow() {
+			return found, nil, true, nil
+		}
+		return found, p.page(n+1, seen), true, nil
+	}}
+}
+
 // prepare runs the looks of this file for deposit k before its steps are
 // looked up: a recheck the store noted for k, then the seeding of a
 // deposit the store knows nothing of. Its requests count as the deposit's.
 func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []step) error {
-	sd, ok := r.c.target.(driver.Seeder)
+	sd, ok := seederOf(r.c.target)
 	if !ok || len(steps) == 0 {
 		return nil
 	}
@@ -112,6 +152,12 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 	for i := len(rows) - 1; i >= 0; i-- {
 		row := rows[i]
 		s := steps[row.Step]
+		if row.Conflict != "" {
+			if _, err := c.store.Fail(ctx, s.Target, s.Key, dedup.Failure{Status: http.StatusConflict, Problem: row.Conflict}); err != nil && !errors.Is(err, dedup.ErrInvalidTransition) {
+				return c.storeError(err)
+			}
+			continue
+		}
 		if !row.Done {
 			if _, err := c.store.Begin(ctx, s.Target, s.Key, nil); err != nil {
 				return c.storeError(err)
@@ -130,7 +176,7 @@ func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []ste
 // scanOnce makes sure the store holds the scan of the server: once per
 // client, the first deposit that needs it looks, and the others wait. A
 // look that fails is tried again by the next deposit.
-func (r *runDeposit) scanOnce(ctx context.Context, sd driver.Seeder, ss scanStore) error {
+func (r *runDeposit) scanOnce(ctx context.Context, sd driver.ChainSeeder, ss scanStore) error {
 	c := r.c
 	st := &c.seeds
 	for {
@@ -164,7 +210,7 @@ func (r *runDeposit) scanOnce(ctx context.Context, sd driver.Seeder, ss scanStor
 // scanShared returns once the store holds the scan: at once when it does,
 // after scanning when no other process is scanning, else once that
 // process's scan is kept (or its lease ends, and this one scans).
-func (r *runDeposit) scanShared(ctx context.Context, sd driver.Seeder, ss scanStore) error {
+func (r *runDeposit) scanShared(ctx context.Context, sd driver.ChainSeeder, ss scanStore) error {
 	c := r.c
 	target := sd.ScanTarget()
 	for n := 0; ; n++ {
@@ -189,10 +235,13 @@ func (r *runDeposit) scanShared(ctx context.Context, sd driver.Seeder, ss scanSt
 	}
 }
 
-// scan scans the server, under the scan's lease (renewed page by page),
-// and keeps what it found with the mark. A scan that fails keeps nothing
+// scan scans the server, look after look, under the scan's lease (renewed
+// between looks once a tenth of it has passed), and keeps what it found
+// with the mark. Each look is an exchange of its own, retried within the
+// attempt and elapsed limits as any request is, so a scan of many looks
+// is not cut short by the limits of one. A scan that fails keeps nothing
 // and ends the lease.
-func (r *runDeposit) scan(ctx context.Context, sd driver.Seeder, ss scanStore) (err error) {
+func (r *runDeposit) scan(ctx context.Context, sd driver.ChainSeeder, ss scanStore) (err error) {
 	c := r.c
 	target := sd.ScanTarget()
 	defer func() {
@@ -202,16 +251,16 @@ func (r *runDeposit) scan(ctx context.Context, sd driver.Seeder, ss scanStore) (
 			}
 		}
 	}()
-	x := c.newExchange("", r.drain)
-	defer func() { r.res.Requests += x.requests; r.res.Retries += x.retries }()
+	var requests, retries int
+	defer func() { r.res.Requests += requests; r.res.Retries += retries }()
 	start := time.Now()
-	if err := x.sleep(ctx, sd.ScanSettle()); err != nil {
+	if err := c.newExchange("", r.drain).sleep(ctx, sd.ScanSettle()); err != nil {
 		return fmt.Errorf("%w: %w", ErrInterrupted, err)
 	}
 	var all []dedup.Found
-	seen := 0
-	for page := 1; ; page++ {
-		if page > 1 {
+	claimed := time.Now()
+	for look, n := sd.ScanStart(), 0; look != nil; n++ {
+		if n > 0 && time.Since(claimed) >= c.leases.lease.TTL/10 {
 			switch scanned, err := ss.ClaimScan(ctx, target, c.leases.lease); {
 			case errors.Is(err, dedup.ErrLeased):
 				return errScanTakenOver
@@ -220,46 +269,47 @@ func (r *runDeposit) scan(ctx context.Context, sd driver.Seeder, ss scanStore) (
 			case scanned:
 				return nil // taken over and kept meanwhile
 			}
+			claimed = time.Now()
 		}
-		req := sd.ScanPage(page)
+		req := look.Request
 		req.Header = c.withUserHeader(req.Header)
 		var (
-			found       []driver.Found
-			hits, total int
+			found []driver.Found
+			next  *driver.ScanLook
+			stop  error
 		)
+		x := c.newExchange("", r.drain)
 		a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
 			var ok bool
-			if found, hits, total, ok = sd.ReadScan(a); ok {
+			if found, next, ok, stop = look.Read(a); ok {
 				return verdict{Class: driver.Created}
 			}
 			if cls := driver.Classify(a); cls != driver.Created {
 				return verdict{Class: cls}
 			}
-			return verdict{Class: driver.Ambiguous} // a 200 that is not a page
+			return verdict{Class: driver.Ambiguous} // a 200 that is not what was asked for
 		})
+		requests, retries = requests+x.requests, retries+x.retries
 		if err != nil {
 			return fmt.Errorf("scanning the server for earlier deposits: %w", err)
 		}
 		switch cls {
 		case driver.Created:
 		case driver.Stop:
-			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.ScanProblem(a.Body)))
+			return fmt.Errorf("%w: %w", ErrStopRun, answerError(req.Method, a, sd.ScanProblem(a)))
 		default:
-			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.ScanProblem(a.Body)))
+			return fmt.Errorf("%w: scanning the server for earlier deposits: %w", ErrUnresolved, answerError(req.Method, a, sd.ScanProblem(a)))
 		}
-		if total > sd.ScanWindow() {
-			return fmt.Errorf("%w: %w: the server holds %d records and drafts of this account, and its search answers only the first %d, so records of earlier deposits could be missed and created again",
-				ErrStopRun, errScanWindow, total, sd.ScanWindow())
+		if stop != nil {
+			return fmt.Errorf("%w: %w", ErrStopRun, stop)
 		}
 		all = append(all, toDedup(found)...)
-		if seen += hits; hits == 0 || seen >= total || seen >= sd.ScanWindow() {
-			break
-		}
+		look = next
 	}
 	if err := ss.FinishScan(context.WithoutCancel(ctx), target, all); err != nil {
 		return c.storeError(err)
 	}
-	c.log.Debug("scanned", "found", len(all), "requests", x.requests, "took", time.Since(start))
+	c.log.Debug("scanned", "found", len(all), "requests", requests, "took", time.Since(start))
 	return nil
 }
 

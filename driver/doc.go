@@ -147,6 +147,9 @@
 //     that arbitrates nothing and has no Seeder is reconciled per step, by
 //     its checks, while its store holds the deposits' rows; a run on an
 //     empty store sends afresh what an earlier, lost store had recorded.
+//   - [ChainSeeder]: a Seeder whose scan is a chain of requests, each
+//     built from the answers before it (a listing of what the server
+//     holds, then a read of each record the search does not show).
 //   - [Payloader]: a payload read and keyed its own way: the body the
 //     steps receive, and the text the key covers, which may leave out
 //     what an ignore pointer cannot reach (the clock inside Crossref's

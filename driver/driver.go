@@ -136,11 +136,47 @@ type Found struct {
 // SeedRow is one store row a [Seeder] seeds for a deposit: the row of
 // Steps[Step], done with ID (as created: the record is this deposit's own
 // work, made in a run whose store is gone), or pending (Done false), so
-// that the step's check runs before it is ever sent.
+// that the step's check runs before it is ever sent, or failed with
+// Conflict (a 409), when the scan found what the deposit must not settle
+// by itself (two records with one marker): reported, and not sent again
+// unless failures are retried.
 type SeedRow struct {
-	Step int
-	ID   string
-	Done bool
+	Step     int
+	ID       string
+	Done     bool
+	Conflict string
+}
+
+// ChainSeeder is a Driver whose lost store is recovered as a [Seeder]'s
+// is, but whose scan is a chain of requests, each built from the answers
+// before it, rather than pages of one search: Dataverse's, where the
+// collection's contents (read from the database) name every dataset, a
+// search page shows most of them with their markers, and each one the
+// search does not show is read. The engine runs the chain from ScanStart
+// (each look retried like any request, an answer Read cannot use
+// classified as any answer is), and keeps what the looks found with the
+// "scanned" mark in one transaction, as for a Seeder; the other methods
+// are a Seeder's.
+type ChainSeeder interface {
+	Marker(k canonical.Keyed) string
+	ScanTarget() string
+	// ScanStart is the first look of the scan.
+	ScanStart() *ScanLook
+	// ScanProblem summarises, in one line, an answer of a look that Read
+	// could not use.
+	ScanProblem(a Answer) string
+	ScanSettle() time.Duration
+	SeedRows(k canonical.Keyed, steps []Step, found []Found) []SeedRow
+}
+
+// ScanLook is one request of a [ChainSeeder]'s scan. Read reads its
+// answer: the records it found carrying a marker and the look that
+// follows (nil: the scan is whole); ok false for an answer it cannot use
+// (an error, or a body that is not what was asked for); stop non-nil when
+// the scan cannot see every record, which stops the run.
+type ScanLook struct {
+	Request Request
+	Read    func(a Answer) (found []Found, next *ScanLook, ok bool, stop error)
 }
 
 // FileMD5er is a Driver that needs each dataset file's MD5 digest beside

@@ -32,6 +32,10 @@ type DataverseConfig struct {
 	// Alias is the one collection (dataverse) the stub holds; default
 	// "root".
 	Alias string
+	// Subcollections are the names of collections inside it, which hold
+	// nothing: its contents listing names them before its datasets, as
+	// Dataverse lists child collections first.
+	Subcollections []string
 	// DOIPrefix is the authority of the DOIs minted at create; default
 	// "10.5072" (DataCite's test prefix). Identifiers are "FK2/" and six
 	// letters or digits, as Dataverse's default shoulder and generator
@@ -162,7 +166,11 @@ type DataverseFile struct {
 //   - GET /api/datasets/{id}/locks lists the locks, [] when there are
 //     none; GET /api/datasets/{id} answers the dataset with latestVersion
 //     (versionState, versionNumber, versionMinorNumber, createTime in whole
-//     seconds as JsonPrinter prints it, metadataBlocks).
+//     seconds as JsonPrinter prints it, metadataBlocks);
+//     GET /api/datasets/{id}/versions/:latest (or :draft) answers that
+//     version alone, with datasetId and datasetPersistentId, and its files
+//     unless excludeFiles=true (Datasets.java, getVersion); a version the
+//     caller cannot see is a 404.
 //   - GET /api/search?q=&type=dataset&subtree=&start=&per_page= answers
 //     {"data":{"q","total_count","start","items":[...],"count_in_response"}}
 //     from an index that sees each dataset as it was IndexLag after its
@@ -175,8 +183,15 @@ type DataverseFile struct {
 //     words that must all appear; sort=date (by creation) or sort=name,
 //     with order=asc or desc, orders the hits, which are otherwise in
 //     creation order. A guest sees released datasets only.
-//   - GET /api/dataverses/{alias}/contents lists the collection's datasets
-//     from the database at once: unpaged, without metadata.
+//   - GET /api/dataverses/{alias}/contents lists the collection's direct
+//     children from the database at once, unpaged, without metadata, as
+//     Dataverses.java (listContent) does: each sub-collection as
+//     {"type":"dataverse","id","title"}, then each dataset the caller may
+//     see (the guest: released ones only) in the form JsonPrinter gives a
+//     dataset (id, identifier, persistentUrl, protocol, authority,
+//     separator, publisher, publicationDate once released,
+//     storageIdentifier, datasetType, locks) with "type":"dataset", by id;
+//     search's lag and Unindexed do not touch it.
 //   - A wrong token is a 401 "Bad API key". The guest's create is a 401
 //     "cause was null! User :guest is not permitted to perform requested
 //     action.", its add a 403 "You do not have permission to edit this
@@ -219,6 +234,7 @@ type Dataverse struct {
 
 	stubLife // mu guards what follows
 	byID     map[int64]*dvDataset
+	children []int64 // the ids of Config.Subcollections
 	byPID    map[string]*dvDataset
 	order    []*dvDataset
 	markers  map[string]bool // otherIdValue values of every dataset created
@@ -240,6 +256,7 @@ type dvDataset struct {
 	versionCreated time.Time
 
 	released      bool // a version was released
+	releasedAt    time.Time
 	draft         bool // the latest version is a draft
 	major, minor  int  // the latest version's number; 0.0 before the first publish
 	finalizing    bool
@@ -293,6 +310,7 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 	if cfg.Alias == "" {
 		cfg.Alias = "root"
 	}
+	cfg.Subcollections = slices.Clone(cfg.Subcollections)
 	if cfg.DOIPrefix == "" {
 		cfg.DOIPrefix = "10.5072"
 	}
@@ -307,6 +325,11 @@ func NewDataverse(cfg DataverseConfig) (*Dataverse, error) {
 		byID: map[int64]*dvDataset{}, byPID: map[string]*dvDataset{}, markers: map[string]bool{}, buckets: map[string]*dvBucket{},
 	}
 	dv.inj = newInjector(faults, cfg.Seed, cfg.Latency, cfg.now, dv.done, injectedDVError, &dv.mu)
+	// Collections and datasets share one id space (DvObject).
+	for range cfg.Subcollections {
+		dv.children = append(dv.children, dv.nextID)
+		dv.nextID++
+	}
 	return dv, nil
 }
 
@@ -380,6 +403,8 @@ func (dv *Dataverse) routeDataset(w http.ResponseWriter, r *http.Request, id, su
 		dv.add(w, r, id, user)
 	case (sub == "versions/:draft/files" || sub == "versions/:latest/files") && r.Method == http.MethodGet:
 		dv.listFiles(w, r, id, strings.Contains(sub, ":draft"), user)
+	case (sub == "versions/:draft" || sub == "versions/:latest") && r.Method == http.MethodGet:
+		dv.readVersion(w, r, id, sub == "versions/:draft", user)
 	case sub == "actions/:publish" && r.Method == http.MethodPost:
 		dv.publish(w, r, id, user)
 	case sub == "locks" && r.Method == http.MethodGet:
@@ -989,6 +1014,9 @@ func (dv *Dataverse) settle(ds *dvDataset, now time.Time) {
 		}
 	}
 	if ds.finalizing && !now.Before(ds.finalizeUntil) {
+		if !ds.released {
+			ds.releasedAt = ds.finalizeUntil
+		}
 		ds.finalizing, ds.draft, ds.released = false, false, true
 		dv.stats.Released++
 		dv.reindex(ds, ds.finalizeUntil)
@@ -1070,21 +1098,67 @@ func (dv *Dataverse) datasetDoc(ds *dvDataset, now time.Time, withVersion bool) 
 		"id": ds.id, "identifier": ds.identifier, "persistentUrl": "https://doi.org/" + dv.cfg.DOIPrefix + "/" + ds.identifier,
 		"protocol": "doi", "authority": dv.cfg.DOIPrefix, "separator": "/", "publisher": "Root",
 		"storageIdentifier": "file://" + dv.cfg.DOIPrefix + "/" + ds.identifier, "datasetType": "dataset",
-		"locks": ds.lockNames(now),
+		"locks": append([]string{}, ds.lockNames(now)...), // [] when none, as JsonPrinter prints it
+	}
+	if ds.released {
+		d["publicationDate"] = ds.releasedAt.UTC().Format(time.DateOnly)
 	}
 	if withVersion {
-		v := maps.Clone(ds.version)
-		v["versionState"], v["versionNumber"], v["versionMinorNumber"] = ds.state(), ds.major, ds.minor
-		v["datasetId"], v["datasetPersistentId"] = ds.id, dv.pid(ds)
-		// JsonPrinter's format: whole seconds, UTC.
-		v["createTime"] = ds.versionCreated.UTC().Format("2006-01-02T15:04:05Z")
-		d["latestVersion"] = v
+		d["latestVersion"] = dv.versionDoc(ds)
 	}
 	return d
 }
 
+// versionDoc is the dataset's latest version as JsonPrinter prints one,
+// without its files. dv.mu is held.
+func (dv *Dataverse) versionDoc(ds *dvDataset) map[string]any {
+	v := maps.Clone(ds.version)
+	v["versionState"], v["versionNumber"], v["versionMinorNumber"] = ds.state(), ds.major, ds.minor
+	v["datasetId"], v["datasetPersistentId"] = ds.id, dv.pid(ds)
+	// JsonPrinter's format: whole seconds, UTC.
+	v["createTime"] = ds.versionCreated.UTC().Format("2006-01-02T15:04:05Z")
+	return v
+}
+
+// readVersion serves GET /api/datasets/{id}/versions/:latest and
+// :draft: the version, with its files unless excludeFiles=true; a
+// version the caller cannot see is a 404, as listFiles answers it.
+func (dv *Dataverse) readVersion(w http.ResponseWriter, r *http.Request, id string, draft, user bool) {
+	ft, answered := dv.inj.early(w, "read", r.URL.Path+"?"+r.URL.RawQuery)
+	if answered {
+		return
+	}
+	ds := dv.dataset(w, r, id)
+	if ds == nil {
+		return
+	}
+	dv.mu.Lock()
+	visible := ds.released || user
+	if draft {
+		visible = ds.draft && user
+	}
+	var out []byte
+	if visible {
+		v := dv.versionDoc(ds)
+		if r.URL.Query().Get("excludeFiles") != "true" {
+			files := make([]any, 0, len(ds.files))
+			for _, f := range ds.files {
+				files = append(files, dv.fileEntry(ds, f))
+			}
+			v["files"] = files
+		}
+		out = dvOK(v)
+	}
+	dv.mu.Unlock()
+	if out == nil {
+		dvError(w, http.StatusNotFound, "Dataset version not found")
+		return
+	}
+	dv.finish(w, r, ft, http.StatusOK, out)
+}
+
 // contents serves GET /api/dataverses/{alias}/contents: from the database,
-// unpaged, without metadata.
+// unpaged, without metadata; sub-collections first, then datasets by id.
 func (dv *Dataverse) contents(w http.ResponseWriter, r *http.Request, alias string, user bool) {
 	if alias != dv.cfg.Alias {
 		dvError(w, http.StatusNotFound, "Can't find dataverse with identifier='"+alias+"'")
@@ -1097,14 +1171,15 @@ func (dv *Dataverse) contents(w http.ResponseWriter, r *http.Request, alias stri
 	dv.mu.Lock()
 	now := dv.now()
 	list := []any{}
+	for i, name := range dv.cfg.Subcollections {
+		list = append(list, map[string]any{"type": "dataverse", "id": dv.children[i], "title": name})
+	}
 	for _, ds := range dv.order {
 		dv.settle(ds, now)
 		if !user && !ds.released {
 			continue
 		}
 		d := dv.datasetDoc(ds, now, false)
-		delete(d, "locks")
-		delete(d, "datasetType")
 		d["type"] = "dataset"
 		list = append(list, d)
 	}

@@ -340,6 +340,53 @@ func TestDataverseSearchLagsWhileContentsReadsTheDatabase(t *testing.T) {
 	require.Equal(t, int64(6), s.Stats().Searches)
 }
 
+// The contents listing has Dataverse's own shape (api/Dataverses.java,
+// listContent; util/json/JsonPrinter.java, json(Dataset)): child
+// collections first, then each dataset by id with its identifier parts,
+// datasetType, locks and, once released, publicationDate; the guest sees
+// released datasets only. A version is read alone, with datasetId and
+// datasetPersistentId, its files left out on excludeFiles=true.
+func TestDataverseContentsListsChildrenThenDatasetsAsDataverseDoes(t *testing.T) {
+	clk := newClock()
+	s := startDataverse(t, DataverseConfig{Subcollections: []string{"Field notes"}, PublishLag: time.Second, now: clk.now})
+	first := dvCreate(t, s, "deposit:one")
+	second := dvCreate(t, s, "deposit:two")
+	require.Equal(t, http.StatusOK, dvAdd(t, s, first, dvToken, "a.txt", "alpha", "").status)
+	require.Equal(t, http.StatusOK, dvPublish(t, s, first).status)
+
+	contents := dvGet(t, s, "/api/dataverses/root/contents").([]any)
+	require.Len(t, contents, 3)
+	require.Equal(t, map[string]any{"type": "dataverse", "id": float64(1), "title": "Field notes"}, contents[0])
+	ds := contents[1].(map[string]any)
+	require.Equal(t, "dataset", ds["type"])
+	require.Equal(t, float64(2), ds["id"], "collections and datasets share one id space")
+	require.Equal(t, strings.TrimPrefix(first, "doi:10.5072/"), ds["identifier"])
+	for _, k := range []string{"persistentUrl", "protocol", "authority", "separator", "publisher", "storageIdentifier", "datasetType"} {
+		require.Contains(t, ds, k)
+	}
+	require.Equal(t, []any{"finalizePublication"}, ds["locks"])
+	require.NotContains(t, ds, "publicationDate", "not released yet")
+	clk.advance(time.Second)
+	ds = dvGet(t, s, "/api/dataverses/root/contents").([]any)[1].(map[string]any)
+	require.Equal(t, []any{}, ds["locks"])
+	require.Equal(t, clk.now().UTC().Format(time.DateOnly), ds["publicationDate"])
+	guest := mustSend(t, s.Client(), http.MethodGet, s.URL+"/api/dataverses/root/contents", "")
+	require.Len(t, dvBody(t, guest)["data"], 2, "the guest: the collection and the released dataset")
+
+	v := dvGet(t, s, "/api/datasets/2/versions/:latest").(map[string]any)
+	require.Equal(t, first, v["datasetPersistentId"])
+	require.Equal(t, float64(2), v["datasetId"])
+	require.Equal(t, "RELEASED", v["versionState"])
+	require.Len(t, v["files"], 1)
+	v = dvGet(t, s, "/api/datasets/2/versions/:latest?excludeFiles=true").(map[string]any)
+	require.NotContains(t, v, "files")
+	require.Contains(t, v["metadataBlocks"], "citation")
+	v = dvGet(t, s, "/api/datasets/:persistentId/versions/:draft?persistentId="+url.QueryEscape(second)).(map[string]any)
+	require.Equal(t, "DRAFT", v["versionState"])
+	a := mustSend(t, s.Client(), http.MethodGet, s.URL+"/api/datasets/2/versions/:draft", "", "X-Dataverse-key", dvToken)
+	dvRefusal(t, http.StatusNotFound, "Dataset version not found", a)
+}
+
 // With Unindexed, a share of the datasets never shows in search, however
 // long one waits, while the contents listing and a read of each still
 // show them; a version's createTime is the second it was created.

@@ -191,7 +191,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
-	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse: how long the search index may lag before a record not found is trusted absent (default 5s; dataverse 3s); crossref: how long after an upload Crossref may still answer unknown_submission (default 5m)")
+	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse: how long the search index may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
 	fs.StringVar(&o.collection, "collection", "", "dataverse: the `ALIAS` of the collection datasets are created in (required under dataverse)")
 	fs.BoolVar(&o.ingest, "ingest", false, "dataverse: let Dataverse ingest tabular files (renamed .tab); off by default")

@@ -94,7 +94,7 @@ func TestAnswersAreClassifiedByTheirMessage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, repotest.DataverseConfig{})
-			tc.target.Endpoint = f.srv.URL
+			tc.target.Endpoint, tc.target.SettleTime = f.srv.URL, time.Millisecond
 			if tc.target.Collection == "" {
 				tc.target.Collection = "root"
 			}

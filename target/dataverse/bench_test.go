@@ -5,6 +5,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,4 +94,98 @@ func benchItems(b *testing.B, dir string, n int) iter.Seq[client.Item] {
 			}
 		}
 	}
+}
+
+// BenchmarkDataverseScan measures what the scan of the collection costs a
+// new store: against the stub holding 1,000 datasets of which search never
+// shows 13%, each round deposits one new dataset on a store that has
+// scanned already and one on a fresh store (which scans first: the
+// contents, one search page, a read of each dataset search does not
+// show), the two alternated in order; it reports the medians of each, and
+// the scan's requests and milliseconds per 1,000 datasets of the
+// collection (the difference of the two). Each round adds two datasets.
+func BenchmarkDataverseScan(b *testing.B) {
+	const datasets = 1000
+	srv, err := repotest.NewDataverseServer(repotest.DataverseConfig{Token: token, Unindexed: 0.13, Seed: 13})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	dir := b.TempDir()
+	newClient := func(db string) (*client.Client, func()) {
+		store, err := dedup.Open(filepath.Join(dir, db))
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := client.New(client.Config{
+			Target: dataverse.Target{Endpoint: srv.URL, Collection: "root", Token: token, SettleTime: time.Millisecond},
+			Store:  store, Rate: -1,
+			Retry: backoff.Policy{Base: time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 10, MaxElapsed: 30 * time.Second},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c, func() { store.Close() }
+	}
+	seed, closeSeed := newClient("seed.db")
+	items := func(yield func(client.Item) bool) {
+		for i := range datasets {
+			if !yield(client.Item{Line: int64(i + 1), Payload: metadata(fmt.Sprint("Held ", i))}) {
+				return
+			}
+		}
+	}
+	if sum, err := seed.Run(b.Context(), items, client.BatchOptions{Concurrency: 8}); err != nil || sum.Created != datasets {
+		b.Fatalf("%v %+v", err, sum)
+	}
+	closeSeed()
+	scanned, closeScanned := newClient("scanned.db")
+	defer closeScanned()
+	if _, err := scanned.Deposit(b.Context(), metadata("Scanned before")); err != nil {
+		b.Fatal(err)
+	}
+	type run struct {
+		took     time.Duration
+		requests int
+	}
+	var onScanned, onFresh []run
+	deposit := func(c *client.Client, title string) run {
+		start := time.Now()
+		res, err := c.Deposit(b.Context(), metadata(title))
+		if err != nil || res.Outcome != client.OutcomeCreated {
+			b.Fatalf("%v %s", err, res.Outcome)
+		}
+		return run{time.Since(start), res.Requests}
+	}
+	for n := 0; b.Loop(); n++ {
+		fresh, closeFresh := newClient(fmt.Sprintf("fresh%d.db", n))
+		for turn := range 2 {
+			if (n+turn)%2 == 0 {
+				onScanned = append(onScanned, deposit(scanned, fmt.Sprint("Scanned ", n)))
+			} else {
+				onFresh = append(onFresh, deposit(fresh, fmt.Sprint("Fresh ", n)))
+			}
+		}
+		closeFresh()
+	}
+	if s := srv.Stats(); s.DuplicateMarkers != 0 {
+		b.Fatalf("%d duplicate markers", s.DuplicateMarkers)
+	}
+	median := func(rs []run, f func(run) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	ms := func(r run) float64 { return float64(r.took.Microseconds()) / 1000 }
+	reqs := func(r run) float64 { return float64(r.requests) }
+	b.ReportMetric(median(onScanned, ms), "ms/scanned-deposit")
+	b.ReportMetric(median(onFresh, ms), "ms/fresh-deposit")
+	b.ReportMetric(median(onScanned, reqs), "requests/scanned-deposit")
+	b.ReportMetric(median(onFresh, reqs), "requests/fresh-deposit")
+	b.ReportMetric((median(onFresh, reqs)-median(onScanned, reqs))/datasets*1000, "scan-requests/1000datasets")
+	b.ReportMetric((median(onFresh, ms)-median(onScanned, ms))/datasets*1000, "scan-ms/1000datasets")
+	b.ReportMetric(0, "ns/op")
 }

@@ -63,12 +63,17 @@ const markerPrefix = "deposit:sha256:"
 // Marker returns the otherIdValue a deposit with key carries.
 func Marker(key string) string { return markerPrefix + key }
 
-// Target is a Dataverse collection through the native API. Each deposit
-// is these steps, each guarded in the store:
+// Target is a Dataverse collection through the native API. A store that
+// has never scanned the collection scans it once before its first deposit
+// (driver.ChainSeeder): the collection's contents, read from the
+// database, search pages of its datasets with their otherId, and a read
+// of each dataset search does not show; a deposit whose marker it found
+// starts as after a look that found its dataset. Each deposit is these
+// steps, each guarded in the store:
 //
-//  1. look: a search for the marker (GET /api/search), which finds the
-//     dataset of a deposit whose store was lost, and whose answer's Date
-//     header is the time before which no dataset can be this deposit's.
+//  1. look: a search for the marker (GET /api/search), unless the scan
+//     found the dataset; its answer's Date header is the time before
+//     which no dataset can be this deposit's.
 //  2. dataset: POST /api/dataverses/{Collection}/datasets with the
 //     payload, the marker merged into the citation block's otherId. After
 //     an ambiguous answer it is looked for before it is sent again: the
@@ -77,8 +82,8 @@ func Marker(key string) string { return markerPrefix + key }
 //     with their otherId; each dataset created since the look that the
 //     page does not show is read, newest first, at most ListBound of them;
 //     past the bound the deposit is unresolved, saying so.
-//  3. files: the dataset's file list, read only when the look found the
-//     dataset (a lost store), so that no file is added twice.
+//  3. files: the dataset's file list, read only when the scan or the look
+//     found the dataset (a lost store), so that no file is added twice.
 //  4. one step per file: POST /api/datasets/:persistentId/add, multipart,
 //     with tabIngest off unless Ingest; after an ambiguous answer the
 //     file list is read and the file matched by checksum (of the type
@@ -109,7 +114,8 @@ type Target struct {
 	// run polls again and never publishes twice.
 	LockWait time.Duration
 	// SettleTime is how long after an ambiguous create the look for it
-	// is repeated before "not found" is trusted; default
+	// is repeated before "not found" is trusted, and how long a new
+	// store waits before it scans the collection; default
 	// DefaultSettleTime.
 	SettleTime time.Duration
 	// ListBound is the most datasets created since a deposit's look, and
