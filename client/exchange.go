@@ -44,7 +44,7 @@ type exchange struct {
 	// stopped says why retrying stopped, when it did.
 	stopped error
 	// effect says that a request sent may have taken effect: any answer
-	// but a connection never made or a refusal that stops the run.
+	// but one that proves it changed nothing (see madeNoChange).
 	effect bool
 	sent   time.Time
 	// spent says that a retry of this exchange took from the retry
@@ -161,7 +161,7 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		t.v = t.judge(t.last)
 		t.cls = t.v.Class
 	}
-	if !madeNoChange(t.last, t.cls) {
+	if t.ambiguous || !madeNoChange(t.last, t.cls) {
 		x.effect = true
 		t.ambiguous = t.ambiguous || t.cls == driver.Ambiguous
 	}
@@ -252,16 +252,17 @@ func requestBody(req request) any {
 	return nil
 }
 
-// madeNoChange reports whether an answer proves that its request changed
-// nothing on the server: the connection was never made (refused, or the
-// host did not resolve), the request never left the batch's queue, or the
-// server refused in a way that concerns every item (driver.Stop:
-// credentials, a missing endpoint).
+// madeNoChange reports whether an answer of class cls proves that its
+// request changed nothing on the server: the connection was never made
+// (refused, or the host did not resolve), the request never left the
+// batch's queue, the server said it did not run (driver.Retry: a 429, a
+// 503, a 409 "in flight" under Idempotency-Key), or refused in a way that
+// concerns every item (driver.Stop: credentials, a missing endpoint).
 func madeNoChange(a answer, cls class) bool {
-	if a.Err == nil {
-		return cls == driver.Stop
+	if a.Err != nil {
+		return neverSent(a.Err) || connectionNeverMade(a.Err)
 	}
-	return neverSent(a.Err) || connectionNeverMade(a.Err)
+	return cls == driver.Stop || cls == driver.Retry
 }
 
 // connectionNeverMade reports whether err says no connection to the
