@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -116,6 +117,15 @@ type attempts struct {
 	// off, whichever retried it.
 	unanswered        atomic.Bool
 	written, answered atomic.Int32
+	// conns counts the connections taken for req, connsSeen that count at
+	// the last answer: an attempt during which it did not grow wrote
+	// nothing to any connection.
+	conns     atomic.Int32
+	connsSeen int32
+	// connFailed counts the dials and TLS handshakes that failed,
+	// connFailedSeen that count at the last answer.
+	connFailed     atomic.Int32
+	connFailedSeen int32
 }
 
 // traced returns ctx with the trace that counts requests written and
@@ -123,6 +133,7 @@ type attempts struct {
 func (t *attempts) traced(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) {
+			t.conns.Add(1)
 			if t.written.Load() > t.answered.Load() {
 				t.unanswered.Store(true)
 			}
@@ -133,7 +144,40 @@ func (t *attempts) traced(ctx context.Context) context.Context {
 			}
 		},
 		GotFirstResponseByte: func() { t.answered.Add(1) },
+		ConnectDone: func(_, _ string, err error) {
+			if err != nil {
+				t.connFailed.Add(1)
+			}
+		},
+		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			if err != nil {
+				t.connFailed.Add(1)
+			}
+		},
 	})
+}
+
+// reached reports whether the attempt just answered with err may have
+// reached the server. One that did not took no connection (net/http
+// reports each one taken, before it writes anything to it: a request is
+// never written before its TLS handshake is done), and failed because no
+// connection could be made: the dial or DNS failed, or the TLS handshake.
+// The error says so by its type; the trace too, for failures no type
+// names (a handshake that timed out). An attempt that took a connection
+// is not one: net/http may have written the request to a kept-alive
+// connection that closed, then failed to dial another. A transport that
+// reports no trace has only the error's type to go by. (Go's
+// src/net/http/transport.go: getConn reports GotConn once it holds a
+// connection, which dialConn returns only after addTLS finished the
+// handshake; persistConn.roundTrip writes after that.)
+func (t *attempts) reached(err error) bool {
+	conns, failed := t.conns.Load(), t.connFailed.Load()
+	tookConn, connFailed := conns != t.connsSeen, failed != t.connFailedSeen
+	t.connsSeen, t.connFailedSeen = conns, failed
+	if err == nil {
+		return true
+	}
+	return tookConn || !(connectionNeverMade(err) || connFailed)
 }
 
 // checkRetry reads and judges one answer (resp or err) and says whether
@@ -142,6 +186,7 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	x, req := t.x, t.req
 	t.ambiguous = t.ambiguous || t.unanswered.Load()
 	t.last = answer{URL: req.URL, Err: err, AfterAmbiguous: t.ambiguous}
+	reached := t.reached(err)
 	if resp != nil {
 		t.last.Status, t.last.Header = resp.StatusCode, resp.Header
 		t.last.Body, t.tooLarge = readAnswer(resp, req.Full)
@@ -155,9 +200,15 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		x.requestDone(t.last, req.Method)
 		return false, nil
 	}
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		t.cls, t.v = driver.Canceled, verdict{}
-	} else {
+	case !reached:
+		// It did not take effect, whatever the judge would make of a
+		// transport error: sent again, even to a step that reconciles
+		// ambiguous answers first.
+		t.cls, t.v = driver.Retry, verdict{Class: driver.Retry}
+	default:
 		t.v = t.judge(t.last)
 		t.cls = t.v.Class
 	}
@@ -177,6 +228,13 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		x.settled()
 	}
 	if !t.cls.Retryable() || (t.cls == driver.Ambiguous && !t.retryAmbiguous) {
+		return false, nil
+	}
+	if !reached && !x.c.answered.Load() {
+		// Nothing of this run has reached the server yet: a typo in the
+		// endpoint, a server that is not running, a scheme it does not
+		// speak. Retrying would only repeat that for every item.
+		x.stopped = ErrUnreachable
 		return false, nil
 	}
 	wait, stop := x.mayRetry(ctx, t.last, t.v.InFlight)
@@ -253,27 +311,38 @@ func requestBody(req request) any {
 }
 
 // madeNoChange reports whether an answer of class cls proves that its
-// request changed nothing on the server: the connection was never made
-// (refused, or the host did not resolve), the request never left the
-// batch's queue, the server said it did not run (driver.Retry: a 429, a
-// 503, a 409 "in flight" under Idempotency-Key), or refused in a way that
-// concerns every item (driver.Stop: credentials, a missing endpoint).
+// request changed nothing on the server: the request never left the
+// batch's queue, or never reached the server (a transport error checkRetry
+// classed driver.Retry), or the server said it did not run (driver.Retry:
+// a 429, a 503, a 409 "in flight" under Idempotency-Key), or refused in a
+// way that concerns every item (driver.Stop: credentials, a missing
+// endpoint).
 func madeNoChange(a answer, cls class) bool {
-	if a.Err != nil {
-		return neverSent(a.Err) || connectionNeverMade(a.Err)
+	if a.Err != nil && neverSent(a.Err) {
+		return true
 	}
 	return cls == driver.Stop || cls == driver.Retry
 }
 
 // connectionNeverMade reports whether err says no connection to the
-// server was made: the host did not resolve, or the dial failed (refused,
-// unreachable, timed out).
+// server was made: the host did not resolve, the dial failed (refused,
+// unreachable, timed out), or the TLS handshake did (the server speaks
+// plain HTTP, or another protocol; its certificate is not trusted; it
+// sent an alert).
 func connectionNeverMade(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	var (
+		dns    *net.DNSError
+		op     *net.OpError
+		header tls.RecordHeaderError
+		alert  tls.AlertError
+		verify *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &dns), errors.As(err, &header), errors.As(err, &alert), errors.As(err, &verify):
+		return true
+	case errors.Is(err, http.ErrSchemeMismatch):
 		return true
 	}
-	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
@@ -329,12 +398,6 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 	case <-x.drain:
 		return stop(ErrInterrupted)
 	default:
-	}
-	if a.Err != nil && connectionNeverMade(a.Err) && !x.c.answered.Load() {
-		// Nothing of this run has reached the server yet: a typo in the
-		// endpoint, or a server that is not running. Retrying would only
-		// repeat that for every item.
-		return stop(ErrUnreachable)
 	}
 	var resp *http.Response
 	if a.Err == nil {

@@ -816,6 +816,9 @@ func explainStop(err error, proto, endpoint string) string {
 		}
 		return msg
 	}
+	if errors.Is(err, client.ErrUnreachable) && errors.Is(err, http.ErrSchemeMismatch) {
+		return fmt.Sprintf("the endpoint %s is unreachable: the server there speaks plain HTTP, not HTTPS: check the scheme of --endpoint", redact(endpoint))
+	}
 	if errors.Is(err, client.ErrUnreachable) {
 		return fmt.Sprintf("the endpoint %s is unreachable (%s): check --endpoint and the network", redact(endpoint), lastAnswer(err))
 	}
