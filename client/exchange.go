@@ -48,6 +48,11 @@ type exchange struct {
 	// but one that proves it changed nothing (see madeNoChange).
 	effect bool
 	sent   time.Time
+	// unreached counts the requests that never reached the endpoint
+	// during an outage of it: they spend no attempt, and outageWaited,
+	// the time waited for it, none of the elapsed limit.
+	unreached    int
+	outageWaited time.Duration
 	// spent says that a retry of this exchange took from the retry
 	// budget; spentTimeout records what the last one cost, for the refund.
 	spent        bool
@@ -192,6 +197,7 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		t.last.Body, t.tooLarge = readAnswer(resp, req.Full)
 		resp.Body = http.NoBody // read once, here; the engine keeps the bytes
 		x.c.answered.Store(true)
+		x.c.endpoint.answered(x.sent)
 	}
 	if t.tooLarge != nil {
 		// Nothing can be read from it, and asking again would get the
@@ -230,12 +236,8 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	if !t.cls.Retryable() || (t.cls == driver.Ambiguous && !t.retryAmbiguous) {
 		return false, nil
 	}
-	if !reached && !x.c.answered.Load() {
-		// Nothing of this run has reached the server yet: a typo in the
-		// endpoint, a server that is not running, a scheme it does not
-		// speak. Retrying would only repeat that for every item.
-		x.stopped = ErrUnreachable
-		return false, nil
+	if !reached {
+		return x.unreachedRetry(ctx, t.last), nil
 	}
 	wait, stop := x.mayRetry(ctx, t.last, t.v.InFlight)
 	if stop != nil {
@@ -246,6 +248,52 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		return false, nil
 	}
 	return true, nil
+}
+
+// unreachedRetry decides whether a request that never reached the
+// endpoint (answer a) is sent again, and waits first. Before any answer of
+// the run, it is not: the endpoint is unreachable (a typo in it, a server
+// not running, a scheme it does not speak), and retrying would only repeat
+// that for every item. After one, the endpoint is waited out
+// (endpointGuard), the wait holding no request slot, counting no attempt
+// and none of the elapsed limit.
+func (x *exchange) unreachedRetry(ctx context.Context, a answer) bool {
+	select {
+	case <-x.drain:
+		x.stopped = ErrInterrupted
+		return false
+	default:
+	}
+	if !x.c.answered.Load() {
+		x.stopped = ErrUnreachable
+		return false
+	}
+	x.unreached++
+	wait, back, err := x.c.endpoint.refused(x.drain, a.Err, x.unreached)
+	if err != nil {
+		x.stopped = err
+		return false
+	}
+	x.retries++
+	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "unreached", true)
+	if x.c.hooks.OnRetry != nil {
+		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Err: a.Err})
+	}
+	start := time.Now()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	defer func() { x.outageWaited += time.Since(start) }()
+	select {
+	case <-t.C:
+	case <-back:
+	case <-ctx.Done():
+		x.stopped = ErrInterrupted
+		return false
+	case <-x.drain:
+		x.stopped = ErrInterrupted
+		return false
+	}
+	return true
 }
 
 // ended is do's result once go-retryablehttp returned: answered says it
@@ -406,8 +454,8 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 	if inFlight > 0 {
 		x.inFlight++
 	}
-	elapsed := time.Since(x.start)
-	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight-x.looks, resp, elapsed, nil)
+	elapsed := time.Since(x.start) - x.outageWaited
+	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight-x.looks-x.unreached, resp, elapsed, nil)
 	if err != nil {
 		return stop(err)
 	}
@@ -515,7 +563,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 	// The look's retries are counted from 0 (each request of a check has
 	// the attempt limit, as the write does), and a look that read its
 	// answer gives back every attempt it took.
-	looks, start := x.looks, x.requests-x.inFlight
+	looks, start := x.looks, x.requests-x.inFlight-x.unreached
 	x.looks = start
 	defer func() { x.looks = looks }()
 	var f checked
@@ -530,7 +578,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		return f, err
 	}
 	if f.Kind != driver.Unknown {
-		looks += x.requests - x.inFlight - start
+		looks += x.requests - x.inFlight - x.unreached - start
 	}
 	if f.Warn != "" {
 		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))

@@ -190,7 +190,7 @@ func TestARequestWrittenThenADialRefusedStaysUncertain(t *testing.T) {
 	}()
 	store := openStore(t)
 	c, err := New(Config{Target: idempotencykey.Target{Endpoint: "http://" + ln.Addr().String()}, Store: store,
-		Retry: fastRetry})
+		Retry: fastRetry, EndpointOutage: -1})
 	require.NoError(t, err)
 	_, err = c.Deposit(context.Background(), []byte(`{"n":1}`))
 	require.NoError(t, err)
