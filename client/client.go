@@ -82,6 +82,19 @@ type Config struct {
 	// third of the lease (and 30 s). Zero means half the Lease; negative
 	// means a call is never made again.
 	StoreOutage time.Duration
+	// EndpointOutage is how long a client waits for an endpoint that
+	// answered earlier and then stopped accepting connections (a server
+	// restarting: connections refused, a host that no longer resolves, a
+	// TLS handshake that fails). Such a request never reached the
+	// server: it is sent again after capped backoff (at most a second),
+	// counting no attempt, no retry budget and none of Retry.MaxElapsed,
+	// and its wait holds no request slot. Past the budget, counted from
+	// the first refusal, the deposit stops with an error wrapping
+	// ErrEndpointUnavailable (a batch stops). An endpoint that has not
+	// answered yet stops the run at once (ErrUnreachable). Zero means
+	// DefaultEndpointOutage (1 minute); negative means no outage is
+	// waited out: the first refusal stops the run.
+	EndpointOutage time.Duration
 
 	// HTTPClient sends the requests. Nil means a keep-alive client with a
 	// 30 s timeout per attempt. Its Transport is wrapped, never modified;
@@ -111,6 +124,11 @@ type Hooks struct {
 	// lease another process holds (a run still going, or one killed before
 	// it released its leases), and again when it stops waiting.
 	OnLeaseWait func(LeaseWaitEvent)
+	// OnEndpointOutage is called when the endpoint, which had answered,
+	// first refuses a connection (an outage begins: see
+	// Config.EndpointOutage), and again when it answers again. Its calls
+	// are serialised; it must not call the Client.
+	OnEndpointOutage func(EndpointOutageEvent)
 }
 
 // LeaseWaitEvent is a deposit starting or ending a wait for another
@@ -265,6 +283,7 @@ type Client struct {
 	keyer       *canonical.Keyer
 	store       Store // the caller's, through guard
 	guard       *storeGuard
+	endpoint    *endpointGuard
 	policy      backoff.Policy
 	budget      *backoff.Budget
 	ownBudget   bool // budget is the default one, which Run may enlarge
@@ -334,6 +353,11 @@ func New(cfg Config) (*Client, error) {
 	case cfg.StoreOutage < 0:
 		guard.budget = 0
 	}
+	outage := cfg.EndpointOutage
+	if outage == 0 {
+		outage = DefaultEndpointOutage
+	}
+	c.endpoint = newEndpointGuard(outage, cfg.Hooks.OnEndpointOutage, c.log.Info)
 	c.leases = newLeaseKeeper(store, cfg.Lease, c.log)
 	guard.leases = c.leases
 	if m, ok := storeAs[manyClaimer](store); ok {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,9 +45,14 @@ type exchange struct {
 	// stopped says why retrying stopped, when it did.
 	stopped error
 	// effect says that a request sent may have taken effect: any answer
-	// but a connection never made or a refusal that stops the run.
+	// but one that proves it changed nothing (see madeNoChange).
 	effect bool
 	sent   time.Time
+	// unreached counts the requests that never reached the endpoint
+	// during an outage of it: they spend no attempt, and outageWaited,
+	// the time waited for it, none of the elapsed limit.
+	unreached    int
+	outageWaited time.Duration
 	// spent says that a retry of this exchange took from the retry
 	// budget; spentTimeout records what the last one cost, for the refund.
 	spent        bool
@@ -119,6 +125,15 @@ type attempts struct {
 	// off, whichever retried it.
 	unanswered        atomic.Bool
 	written, answered atomic.Int32
+	// conns counts the connections taken for req, connsSeen that count at
+	// the last answer: an attempt during which it did not grow wrote
+	// nothing to any connection.
+	conns     atomic.Int32
+	connsSeen int32
+	// connFailed counts the dials and TLS handshakes that failed,
+	// connFailedSeen that count at the last answer.
+	connFailed     atomic.Int32
+	connFailedSeen int32
 }
 
 // traced returns ctx with the trace that counts requests written and
@@ -126,6 +141,7 @@ type attempts struct {
 func (t *attempts) traced(ctx context.Context) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) {
+			t.conns.Add(1)
 			if t.written.Load() > t.answered.Load() {
 				t.unanswered.Store(true)
 			}
@@ -136,7 +152,40 @@ func (t *attempts) traced(ctx context.Context) context.Context {
 			}
 		},
 		GotFirstResponseByte: func() { t.answered.Add(1) },
+		ConnectDone: func(_, _ string, err error) {
+			if err != nil {
+				t.connFailed.Add(1)
+			}
+		},
+		TLSHandshakeDone: func(_ tls.ConnectionState, err error) {
+			if err != nil {
+				t.connFailed.Add(1)
+			}
+		},
 	})
+}
+
+// reached reports whether the attempt just answered with err may have
+// reached the server. One that did not took no connection (net/http
+// reports each one taken, before it writes anything to it: a request is
+// never written before its TLS handshake is done), and failed because no
+// connection could be made: the dial or DNS failed, or the TLS handshake.
+// The error says so by its type; the trace too, for failures no type
+// names (a handshake that timed out). An attempt that took a connection
+// is not one: net/http may have written the request to a kept-alive
+// connection that closed, then failed to dial another. A transport that
+// reports no trace has only the error's type to go by. (Go's
+// src/net/http/transport.go: getConn reports GotConn once it holds a
+// connection, which dialConn returns only after addTLS finished the
+// handshake; persistConn.roundTrip writes after that.)
+func (t *attempts) reached(err error) bool {
+	conns, failed := t.conns.Load(), t.connFailed.Load()
+	tookConn, connFailed := conns != t.connsSeen, failed != t.connFailedSeen
+	t.connsSeen, t.connFailedSeen = conns, failed
+	if err == nil {
+		return true
+	}
+	return tookConn || !(connectionNeverMade(err) || connFailed)
 }
 
 // checkRetry reads and judges one answer (resp or err) and says whether
@@ -147,11 +196,13 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	t.retrying = false
 	t.ambiguous = t.ambiguous || t.unanswered.Load()
 	t.last = answer{URL: req.URL, Err: err, AfterAmbiguous: t.ambiguous}
+	reached := t.reached(err)
 	if resp != nil {
 		t.last.Status, t.last.Header = resp.StatusCode, resp.Header
 		t.last.Body, t.tooLarge = readAnswer(resp, req.Full)
 		resp.Body = http.NoBody // read once, here; the engine keeps the bytes
 		x.c.answered.Store(true)
+		x.c.endpoint.answered(x.sent)
 	}
 	if t.tooLarge != nil {
 		// Nothing can be read from it, and asking again would get the
@@ -160,13 +211,19 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 		x.requestDone(t.last, req.Method)
 		return false, nil
 	}
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		t.cls, t.v = driver.Canceled, verdict{}
-	} else {
+	case !reached:
+		// It did not take effect, whatever the judge would make of a
+		// transport error: sent again, even to a step that reconciles
+		// ambiguous answers first.
+		t.cls, t.v = driver.Retry, verdict{Class: driver.Retry}
+	default:
 		t.v = t.judge(t.last)
 		t.cls = t.v.Class
 	}
-	if !madeNoChange(t.last, t.cls) {
+	if t.ambiguous || !madeNoChange(t.last, t.cls) {
 		x.effect = true
 		t.ambiguous = t.ambiguous || t.cls == driver.Ambiguous
 	}
@@ -187,6 +244,9 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	if !t.cls.Retryable() || (t.cls == driver.Ambiguous && !t.retryAmbiguous) {
 		return false, nil
 	}
+	if !reached {
+		return x.unreachedRetry(ctx, t.last), nil
+	}
 	wait, stop := x.mayRetry(ctx, t.last, t.v.InFlight)
 	if stop != nil {
 		return false, nil
@@ -198,6 +258,52 @@ func (t *attempts) checkRetry(ctx context.Context, resp *http.Response, err erro
 	}
 	t.retrying = true
 	return true, nil
+}
+
+// unreachedRetry decides whether a request that never reached the
+// endpoint (answer a) is sent again, and waits first. Before any answer of
+// the run, it is not: the endpoint is unreachable (a typo in it, a server
+// not running, a scheme it does not speak), and retrying would only repeat
+// that for every item. After one, the endpoint is waited out
+// (endpointGuard), the wait holding no request slot, counting no attempt
+// and none of the elapsed limit.
+func (x *exchange) unreachedRetry(ctx context.Context, a answer) bool {
+	select {
+	case <-x.drain:
+		x.stopped = ErrInterrupted
+		return false
+	default:
+	}
+	if !x.c.answered.Load() {
+		x.stopped = ErrUnreachable
+		return false
+	}
+	x.unreached++
+	wait, back, err := x.c.endpoint.refused(x.drain, a.Err, x.unreached)
+	if err != nil {
+		x.stopped = err
+		return false
+	}
+	x.retries++
+	x.c.log.Debug("retry", "key", x.key, "retry", x.retries, "wait", wait, "unreached", true)
+	if x.c.hooks.OnRetry != nil {
+		x.c.hooks.OnRetry(RetryEvent{Key: x.key, Retry: x.retries, Wait: wait, Err: a.Err})
+	}
+	start := time.Now()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	defer func() { x.outageWaited += time.Since(start) }()
+	select {
+	case <-t.C:
+	case <-back:
+	case <-ctx.Done():
+		x.stopped = ErrInterrupted
+		return false
+	case <-x.drain:
+		x.stopped = ErrInterrupted
+		return false
+	}
+	return true
 }
 
 // ended is do's result once go-retryablehttp returned: answered says it
@@ -262,27 +368,39 @@ func requestBody(req request) any {
 	return nil
 }
 
-// madeNoChange reports whether an answer proves that its request changed
-// nothing on the server: the connection was never made (refused, or the
-// host did not resolve), the request never left the batch's queue, or the
-// server refused in a way that concerns every item (driver.Stop:
-// credentials, a missing endpoint).
+// madeNoChange reports whether an answer of class cls proves that its
+// request changed nothing on the server: the request never left the
+// batch's queue, or never reached the server (a transport error checkRetry
+// classed driver.Retry), or the server said it did not run (driver.Retry:
+// a 429, a 503, a 409 "in flight" under Idempotency-Key), or refused in a
+// way that concerns every item (driver.Stop: credentials, a missing
+// endpoint).
 func madeNoChange(a answer, cls class) bool {
-	if a.Err == nil {
-		return cls == driver.Stop
+	if a.Err != nil && neverSent(a.Err) {
+		return true
 	}
-	return neverSent(a.Err) || connectionNeverMade(a.Err)
+	return cls == driver.Stop || cls == driver.Retry
 }
 
 // connectionNeverMade reports whether err says no connection to the
-// server was made: the host did not resolve, or the dial failed (refused,
-// unreachable, timed out).
+// server was made: the host did not resolve, the dial failed (refused,
+// unreachable, timed out), or the TLS handshake did (the server speaks
+// plain HTTP, or another protocol; its certificate is not trusted; it
+// sent an alert).
 func connectionNeverMade(err error) bool {
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	var (
+		dns    *net.DNSError
+		op     *net.OpError
+		header tls.RecordHeaderError
+		alert  tls.AlertError
+		verify *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &dns), errors.As(err, &header), errors.As(err, &alert), errors.As(err, &verify):
+		return true
+	case errors.Is(err, http.ErrSchemeMismatch):
 		return true
 	}
-	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
@@ -339,12 +457,6 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 		return stop(ErrInterrupted)
 	default:
 	}
-	if a.Err != nil && connectionNeverMade(a.Err) && !x.c.answered.Load() {
-		// Nothing of this run has reached the server yet: a typo in the
-		// endpoint, or a server that is not running. Retrying would only
-		// repeat that for every item.
-		return stop(ErrUnreachable)
-	}
 	var resp *http.Response
 	if a.Err == nil {
 		resp = &http.Response{StatusCode: a.Status, Header: a.Header}
@@ -352,8 +464,8 @@ func (x *exchange) mayRetry(ctx context.Context, a answer, inFlight time.Duratio
 	if inFlight > 0 {
 		x.inFlight++
 	}
-	elapsed := time.Since(x.start)
-	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight-x.looks, resp, elapsed, nil)
+	elapsed := time.Since(x.start) - x.outageWaited
+	wait, err := x.c.policy.Next(ctx, x.requests-x.inFlight-x.looks-x.unreached, resp, elapsed, nil)
 	if err != nil {
 		return stop(err)
 	}
@@ -484,7 +596,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 	// The look's retries are counted from 0 (each request of a check has
 	// the attempt limit, as the write does), and a look that read its
 	// answer gives back every attempt it took.
-	looks, start := x.looks, x.requests-x.inFlight
+	looks, start := x.looks, x.requests-x.inFlight-x.unreached
 	x.looks = start
 	defer func() { x.looks = looks }()
 	var f checked
@@ -499,7 +611,7 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		return f, err
 	}
 	if f.Kind != driver.Unknown {
-		looks += x.requests - x.inFlight - start
+		looks += x.requests - x.inFlight - x.unreached - start
 	}
 	if f.Warn != "" {
 		x.c.warnOnce(f.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))

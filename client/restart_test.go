@@ -19,7 +19,7 @@ import (
 // the retry of an uncertain Idempotency-Key request into a 422: the body
 // first sent is re-sent byte for byte.
 func TestIdempotencyKeyResendsTheFirstBodyAfterARestart(t *testing.T) {
-	srv := newScripted(t, reply{}, reply{status: 503}, reply{status: 503}, reply{status: 201, body: `{"id":"job-1"}`})
+	srv := newScripted(t, reply{}, reply{status: 500}, reply{status: 500}, reply{status: 201, body: `{"id":"job-1"}`})
 	path := filepath.Join(t.TempDir(), "deposit.db")
 	store, err := dedup.Open(path)
 	require.NoError(t, err)

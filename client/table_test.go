@@ -153,7 +153,7 @@ func TestProtocolTable(t *testing.T) {
 		{name: "put 500 then 412 is created: the 500 may have stored it", proto: protocol.Put, script: []reply{{status: 500}, {status: 412}}, readBack: readOK, outcome: OutcomeCreated, identifier: "10.5072/found", writes: 2, reads: 1, wantState: dedup.StateDone},
 		{name: "put 504 then 409 confirmed by read-back is created", proto: protocol.Put, script: []reply{{status: 504}, {status: 409}}, readBack: readOK, outcome: OutcomeCreated, identifier: "10.5072/found", writes: 2, reads: 1, wantState: dedup.StateDone},
 		{name: "put 503 then 412 is existing: a 503 stored nothing", proto: protocol.Put, script: []reply{retry(503), {status: 412}}, readBack: readOK, outcome: OutcomeExisting, identifier: "10.5072/found", writes: 2, reads: 1, wantState: dedup.StateDone},
-		{name: "put 503 forever ends unresolved after the attempt limit", proto: protocol.Put, script: []reply{retry(503)}, writes: 4, wantErr: ErrUnresolved, wantState: dedup.StatePending},
+		{name: "put 503 forever ends unresolved after the attempt limit, leaving no intent: a 503 stored nothing", proto: protocol.Put, script: []reply{retry(503)}, writes: 4, wantErr: ErrUnresolved, wantState: stateNoRow},
 
 		{name: "idempotency-key 201 is created with /id", proto: protocol.IdempotencyKey, script: []reply{created}, outcome: OutcomeCreated, identifier: "10.5072/abc", writes: 1, wantState: dedup.StateDone},
 		{name: "idempotency-key 200 is created", proto: protocol.IdempotencyKey, script: []reply{{status: 200, body: `{"id":"job-1"}`}}, outcome: OutcomeCreated, identifier: "job-1", writes: 1, wantState: dedup.StateDone},
@@ -180,8 +180,9 @@ func TestProtocolTable(t *testing.T) {
 			require.Equal(t, tt.writes+tt.reads, res.Requests, "requests counted by the client")
 			rec, lerr := store.Lookup(context.Background(), c.StoreTarget(), res.Key)
 			if tt.wantState == stateNoRow {
-				// A refusal that stops the run created nothing: the key
-				// must not look uncertain to the next run.
+				// A refusal that stops the run, or answers that say the
+				// request did not run, created nothing: the key must not
+				// look uncertain to the next run.
 				require.ErrorIs(t, lerr, dedup.ErrNotFound)
 			} else {
 				require.NoError(t, lerr)
@@ -386,8 +387,10 @@ func TestInvalidPayloadSendsNothing(t *testing.T) {
 	require.Equal(t, 0, srv.writeCount())
 }
 
+// A deposit cancelled while it waits to retry an answer that may have
+// taken effect (a 500) keeps its intent pending: the next run settles it.
 func TestCancelledContextLeavesThePendingIntent(t *testing.T) {
-	srv := newScripted(t, reply{}, reply{status: 503, header: map[string]string{"Retry-After": "1"}})
+	srv := newScripted(t, reply{}, reply{status: 500})
 	store := openStore(t)
 	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store,
 		Retry: backoff.Policy{Base: time.Second, Cap: time.Second, MaxAttempts: 10}})

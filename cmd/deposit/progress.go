@@ -174,6 +174,19 @@ func (p *progress) stopping(line string) {
 	p.logf("%s", line)
 }
 
+// endpointOutage returns the hook that says when the endpoint, which had
+// answered, stops accepting connections and when it answers again.
+func (p *progress) endpointOutage(endpoint string) func(client.EndpointOutageEvent) {
+	return func(e client.EndpointOutageEvent) {
+		if e.Done {
+			p.logf("the endpoint %s answers again, after %s; the run goes on", redact(endpoint), e.Waited.Round(time.Millisecond))
+			return
+		}
+		p.logf("the endpoint %s stopped accepting connections (%s); waiting up to %s for it to answer again (--endpoint-outage)",
+			redact(endpoint), lastAnswer(e.Err), e.Budget)
+	}
+}
+
 // logf writes one log line above the bar.
 func (p *progress) logf(format string, args ...any) {
 	_, _ = p.Write([]byte(fmt.Sprintf(format, args...) + "\n"))

@@ -45,6 +45,7 @@ type runOptions struct {
 	retryFailed   bool
 	lease         time.Duration
 	storeOutage   time.Duration
+	endOutage     time.Duration
 	adaptiveRate  bool
 	shardSpec     string
 	shard         client.Shard
@@ -180,6 +181,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", datacite.Rate, invenio.Rate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
+	fs.DurationVar(&o.endOutage, "endpoint-outage", client.DefaultEndpointOutage, "how long an endpoint that answered earlier and then refuses connections (a server restarting) is waited out before the run stops with exit 3; 0 means not at all")
 	fs.DurationVar(&o.lease, "lease", client.DefaultLease, "how long this process's claim on a key lasts unless renewed (every tenth of it); processes sharing --db take over a dead one's keys after that, or at once on a local SQLite file")
 	fs.BoolVar(&o.adaptiveRate, "adaptive-rate", true, "let the send rate follow the server's 429s and 503s, beneath --rate; --adaptive-rate=false keeps it fixed (see docs/design.md)")
 	fs.StringVar(&o.shardSpec, "shard", "", "`I/N`: deposit only the lines whose key falls in shard I of N (1 ≤ I ≤ N); the others are counted as skipped")
@@ -219,6 +221,8 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 		return c.usageError(s, "--lease must be at least 100ms")
 	case o.storeOutage < 0:
 		return c.usageError(s, "--store-outage must not be negative")
+	case o.endOutage < 0:
+		return c.usageError(s, "--endpoint-outage must not be negative")
 	case o.maxLineBytes < 1 || o.maxLineBytes > 1<<30:
 		return c.usageError(s, "--max-line-bytes must be between 1 and 1 GiB")
 	}
@@ -357,7 +361,9 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		StaticRate:  !o.adaptiveRate,
 		Header:      header,
 		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait},
+		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint)},
+
+		EndpointOutage: endpointOutage(o.endOutage),
 	})
 	switch {
 	case errors.Is(err, client.ErrSettingsMismatch):
@@ -442,6 +448,11 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		fmt.Fprintf(s.stderr, "deposit run: stopped: the store %s is unavailable: %s; once it answers again, run the same command again (safe)\n",
 			showDB(o.db), oneLine(runErr))
 		code = exitUnresolved
+	case errors.Is(runErr, client.ErrEndpointUnavailable):
+		// What it refused never reached it: safe to run again.
+		fmt.Fprintf(s.stderr, "deposit run: stopped: the endpoint %s accepted no connection for %s (--endpoint-outage): %s; once it answers again, run the same command again (safe)\n",
+			redact(o.endpoint), o.endOutage, lastAnswer(runErr))
+		code = exitUnresolved
 	case runErr != nil:
 		fmt.Fprintf(s.stderr, "deposit run: stopped: %s\n", explainStop(runErr, proto, o.endpoint))
 		code = exitStop
@@ -506,6 +517,15 @@ func (a *stopAck) outcome() string {
 		return "no new requests were sent; the answers still awaited when the wait ended were given up, their items stay uncertain"
 	}
 	return "no new requests were sent, the answers in flight were recorded"
+}
+
+// endpointOutage is --endpoint-outage as the library takes it: 0, not at
+// all, is a negative Config.EndpointOutage.
+func endpointOutage(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // stdinTerminal reports whether the input is stdin and stdin a terminal.
@@ -885,6 +905,9 @@ func explainStop(err error, proto, endpoint string) string {
 			msg += ": " + h
 		}
 		return msg
+	}
+	if errors.Is(err, client.ErrUnreachable) && errors.Is(err, http.ErrSchemeMismatch) {
+		return fmt.Sprintf("the endpoint %s is unreachable: the server there speaks plain HTTP, not HTTPS: check the scheme of --endpoint", redact(endpoint))
 	}
 	if errors.Is(err, client.ErrUnreachable) {
 		return fmt.Sprintf("the endpoint %s is unreachable (%s): check --endpoint and the network", redact(endpoint), lastAnswer(err))
