@@ -107,7 +107,8 @@ type Report struct {
 	Runs, Kills int // processes started (the replay not included), and killed
 	// Summaries are the summaries of the runs that ended, under Client.
 	Summaries []client.Summary
-	Stats     Stats // the middleware's counters, before the replay
+	Stats     Stats  // the middleware's counters, before the replay
+	Store     string // the store's path, for a test to read after Run
 }
 
 // childResult is what a child run writes for the parent under Client.
@@ -142,6 +143,7 @@ func (h Harness) Run(t *testing.T) Report {
 	dir := t.TempDir()
 	p := &parent{h: h, t: t, dir: dir, store: filepath.Join(dir, "deposit.db"), input: filepath.Join(dir, "batch.jsonl"),
 		procs: map[int]*exec.Cmd{}, kills: slices.Sorted(slices.Values(h.KillAt))}
+	p.report.Store = p.store
 	p.writeInput()
 	m.committed = p.committed
 	srv := httptest.NewServer(m)
