@@ -47,9 +47,9 @@
 //		}.Run(t)
 //	}
 //
-// What it does not do: the middleware buffers each answer it may drop or
-// trickle (a handler that hijacks the connection or streams is not
-// supported), knows nothing of the protocol (a lag reaches only a handler
+// What it does not do: the middleware buffers each write's answer, and a
+// read's that it may drop or trickle (a handler that hijacks the
+// connection or streams there is not supported), knows nothing of the protocol (a lag reaches only a handler
 // that asks [AsOf]), and counts writes, not steps. The harness kills at
 // writes, not at points inside the client (package client's own
 // crash-point tests do that), and only on systems with SIGKILL.
