@@ -6,6 +6,7 @@ import (
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/driver"
+	"github.com/depositkit/deposit/internal/steprules"
 )
 
 // Target is where deposits go and how each one becomes requests: the
@@ -31,7 +32,7 @@ func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSteps(steps); err != nil {
+	if err := steprules.Check(steps); err != nil {
 		// The target's own mistake, the same for every item: not this
 		// payload's fault.
 		return nil, fmt.Errorf("%w: the target's steps break the contract: %w", ErrStopRun, err)

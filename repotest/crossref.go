@@ -408,7 +408,7 @@ func (c *Crossref) deposit(w http.ResponseWriter, r *http.Request) {
 	}
 	if late {
 		c.inj.counted(ft)
-		crRefuse(w, ft.status)
+		crRefuse(w, ft.Status)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html;charset=UTF-8")
@@ -429,8 +429,8 @@ func (c *Crossref) uploadFault(contents []byte) (fault, bool) {
 	c.inj.attempts[ak]++
 	attempt := c.inj.attempts[ak]
 	c.mu.Unlock()
-	ft, _ := c.inj.faults.draw(c.inj.seed, "deposit", file, attempt)
-	switch ft.status {
+	ft, _ := c.inj.faults.Draw(c.inj.seed, "deposit", file, attempt)
+	switch ft.Status {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
 		return ft, true
 	}

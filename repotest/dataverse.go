@@ -967,9 +967,9 @@ func (dv *Dataverse) publish(w http.ResponseWriter, r *http.Request, id string, 
 		dvError(w, http.StatusForbidden, refusal)
 		return
 	}
-	if ft.status == http.StatusBadGateway || ft.status == http.StatusGatewayTimeout {
+	if ft.Status == http.StatusBadGateway || ft.Status == http.StatusGatewayTimeout {
 		dv.inj.counted(ft)
-		injectedDVError(w, ft.status)
+		injectedDVError(w, ft.Status)
 		return
 	}
 	dv.finish(w, r, ft, http.StatusOK, out)
@@ -996,8 +996,8 @@ func (dv *Dataverse) lateFault(w http.ResponseWriter, class, key string) (fault,
 	dv.inj.attempts[ak]++
 	attempt := dv.inj.attempts[ak]
 	dv.mu.Unlock()
-	ft, _ := dv.inj.faults.draw(dv.inj.seed, class, key, attempt)
-	if ft.status == http.StatusBadGateway || ft.status == http.StatusGatewayTimeout {
+	ft, _ := dv.inj.faults.Draw(dv.inj.seed, class, key, attempt)
+	if ft.Status == http.StatusBadGateway || ft.Status == http.StatusGatewayTimeout {
 		return ft, false
 	}
 	return dv.inj.apply(w, ft)

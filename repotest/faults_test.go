@@ -63,9 +63,9 @@ func TestDrawFollowsTheProbabilities(t *testing.T) {
 	require.NoError(t, err)
 	got := map[string]int{}
 	for i := range 4000 {
-		ft, ok := f.draw(1, "create", fmt.Sprint("k", i), 1)
+		ft, ok := f.Draw(1, "create", fmt.Sprint("k", i), 1)
 		if ok {
-			got[ft.kind]++
+			got[ft.Kind]++
 		}
 	}
 	require.InDelta(t, 1000, got["drop"], 150)

@@ -456,7 +456,7 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	h.mu.Unlock()
 	if len(idx) == 0 {
-		if ft.kind == kindDrop {
+		if ft.Kind == kindDrop {
 			h.inj.finish(w, r, ft, 0, nil, nil)
 			return
 		}
@@ -488,7 +488,7 @@ func (h *Handler) serveDelete(w http.ResponseWriter, r *http.Request, key string
 	switch {
 	case err != nil:
 		problem(w, http.StatusInternalServerError, err.Error(), nil)
-	case found || ft.kind == kindDrop:
+	case found || ft.Kind == kindDrop:
 		h.inj.finish(w, r, ft, http.StatusNoContent, nil, nil)
 	default:
 		problem(w, http.StatusNotFound, "no record has this key", nil)

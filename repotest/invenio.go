@@ -742,9 +742,9 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 		ivError(w, http.StatusNotFound, "Draft not found.")
 		return
 	}
-	if ft.status == http.StatusBadGateway || ft.status == http.StatusGatewayTimeout {
+	if ft.Status == http.StatusBadGateway || ft.Status == http.StatusGatewayTimeout {
 		iv.inj.counted(ft)
-		injectedIVError(w, ft.status)
+		injectedIVError(w, ft.Status)
 		return
 	}
 	iv.finish(w, r, ft, http.StatusAccepted, out)
@@ -1260,8 +1260,8 @@ func (iv *Invenio) fault(w http.ResponseWriter, class, key string, late bool) (f
 		iv.inj.attempts[ak]++
 		attempt := iv.inj.attempts[ak]
 		iv.mu.Unlock()
-		ft, _ := iv.inj.faults.draw(iv.inj.seed, class, key, attempt)
-		if ft.status == http.StatusBadGateway || ft.status == http.StatusGatewayTimeout {
+		ft, _ := iv.inj.faults.Draw(iv.inj.seed, class, key, attempt)
+		if ft.Status == http.StatusBadGateway || ft.Status == http.StatusGatewayTimeout {
 			return ft, false
 		}
 		return iv.inj.apply(w, ft)

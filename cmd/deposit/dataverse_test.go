@@ -6,19 +6,18 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/drivertest"
 	"github.com/depositkit/deposit/repotest"
 	"github.com/depositkit/deposit/target/dataverse"
 )
@@ -61,35 +60,6 @@ func dvBatch(t *testing.T, dir, prefix string, n int) (string, map[string]map[st
 		lines = append(lines, dvMetadata(title, fmt.Sprint(i)+"/a.txt", fmt.Sprint(i)+"/sub/b.txt"))
 	}
 	return writeFile(t, dir, "datasets.jsonl", lines...), sums
-}
-
-// dvTripwire is a Dataverse stub behind a handler that counts writes and
-// closes a channel at a chosen one, for a test to SIGKILL a run then.
-type dvTripwire struct {
-	dv    *repotest.Dataverse
-	mu    sync.Mutex
-	posts int
-	at    int
-	hit   chan struct{}
-}
-
-func (tw *dvTripwire) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost {
-		tw.mu.Lock()
-		if tw.posts++; tw.posts == tw.at {
-			close(tw.hit)
-		}
-		tw.mu.Unlock()
-	}
-	tw.dv.ServeHTTP(w, r)
-}
-
-// arm returns a channel closed at the after-th write from now.
-func (tw *dvTripwire) arm(after int) <-chan struct{} {
-	tw.mu.Lock()
-	defer tw.mu.Unlock()
-	tw.at, tw.hit = tw.posts+after, make(chan struct{})
-	return tw.hit
 }
 
 // checkPublishedOnce checks the invariants on the stub: one released
@@ -161,14 +131,20 @@ func checkRowsDone(t *testing.T, db string, pids map[string]string) {
 // runDV is a deposit run process against endpoint on db.
 func runDV(t *testing.T, endpoint, db, input, data string) *process {
 	t.Helper()
-	args := []string{"run", "--protocol", "dataverse", "--endpoint", endpoint, "--collection", "root",
-		"--datasets", data, "--settle", "20ms", "--lock-wait", "5s", "--max-attempts", "12", "--concurrency", "8",
-		"--db", db, "--json", input}
-	p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=" + dvToken}
+	p := &process{cmd: dvCommand(endpoint, db, input, data), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	require.NoError(t, p.cmd.Start())
 	return p
+}
+
+// dvCommand is the deposit run command against endpoint on db.
+func dvCommand(endpoint, db, input, data string) *exec.Cmd {
+	args := []string{"run", "--protocol", "dataverse", "--endpoint", endpoint, "--collection", "root",
+		"--datasets", data, "--settle", "20ms", "--lock-wait", "5s", "--max-attempts", "12", "--concurrency", "8",
+		"--db", db, "--json", input}
+	cmd := exec.Command(binary, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=" + dvToken}
+	return cmd
 }
 
 // untilDone runs until exit 0, at most ten times.
@@ -189,12 +165,13 @@ func untilDone(t *testing.T, run func() *process) *process {
 
 // Faults at every step (answers dropped after the write committed, 503,
 // 500, 429, 504 after a publish was accepted; on reads too), two runs
-// SIGKILLed while they write, then runs until exit 0: one published
-// dataset per payload with each file once and the right bytes, no second
-// dataset, no draft left, every store row done with the server's
-// identifiers. Also with a search index that never shows some datasets.
-// Then two processes share the store, and the store is lost: nothing new
-// is created, though search never shows some of the datasets (the scan of
+// SIGKILLed at writes that took effect, then runs until exit 0
+// (drivertest's harness): one published dataset per payload with each
+// file once and the right bytes, no second dataset, no draft left, every
+// store row done with the server's identifiers, and a replay sends
+// nothing. Also with a search index that never shows some datasets. Then
+// two processes share the store, and the store is lost: nothing new is
+// created, though search never shows some of the datasets (the scan of
 // the collection finds them).
 func TestKilledDataverseRunsPublishEachDatasetOnce(t *testing.T) {
 	for _, unindexed := range []float64{0, 0.3} {
@@ -204,39 +181,30 @@ func TestKilledDataverseRunsPublishEachDatasetOnce(t *testing.T) {
 				Faults: "drop=0.08,503=0.05,500=0.05,429=0.05,504=0.05,reads",
 			})
 			require.NoError(t, err)
-			tw := &dvTripwire{dv: dv}
-			srv := httptest.NewServer(tw)
+			srv := httptest.NewServer(dv)
 			t.Cleanup(srv.Close)
 			t.Cleanup(func() { dv.Close() })
 			dir := t.TempDir()
 			const n = 40
 			input, sums := dvBatch(t, dir, "Survey", n)
-			db := filepath.Join(dir, "deposit.db")
-			run := func() *process { return runDV(t, srv.URL, db, input, filepath.Join(dir, "data")) }
+			data := filepath.Join(dir, "data")
 
-			for kill, after := range []int{25, 60} {
-				hit := tw.arm(after)
-				p := run()
-				exited := make(chan error, 1)
-				go func() { exited <- p.cmd.Wait() }()
-				select {
-				case <-hit:
-					require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-					<-exited
-				case err := <-exited:
-					t.Fatalf("run %d ended before its kill: %v\n%s", kill, err, p.stderr.String())
-				}
-			}
-			untilDone(t, run)
+			report := drivertest.Harness{
+				Handler: dv,
+				Command: func(c drivertest.Child) *exec.Cmd { return dvCommand(c.Endpoint, c.Store, input, data) },
+				KillAt:  []int64{25, 85},
+				Check: func([][]byte) error {
+					if s := dv.Stats(); s.Faults == 0 {
+						return fmt.Errorf("no fault was injected: %+v", s)
+					}
+					return nil
+				},
+			}.Run(t)
+			require.Equal(t, 2, report.Kills)
 			pids := checkPublishedOnce(t, dv, sums)
-			checkRowsDone(t, db, pids)
-			require.NotZero(t, dv.Stats().Faults)
-
-			before := dv.Stats()
-			p := run()
-			require.Equal(t, exitDone, p.wait(t), p.stderr.String())
-			require.Equal(t, n, summaryOf(t, p.stdout.String()).Replayed)
-			require.Equal(t, before.Requests, dv.Stats().Requests, "a replay sends nothing")
+			checkRowsDone(t, report.Store, pids)
+			db := report.Store
+			run := func() *process { return runDV(t, srv.URL, db, input, data) }
 
 			t.Run("two processes on one store", func(t *testing.T) {
 				shared := filepath.Join(dir, "shared.db")

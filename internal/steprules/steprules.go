@@ -1,22 +1,28 @@
-package client
+// Package steprules provides the rules a deposit's list of steps must
+// keep: the engine (package client) checks every deposit's steps with
+// Check before its first request, and package drivertest exports the same
+// check for a driver's own tests.
+package steprules
 
 import (
 	"errors"
 	"fmt"
+
+	"github.com/depositkit/deposit/driver"
 )
 
 // A deposit is a sequence of steps (create; upload file P; publish; send an
 // event), which a target returns for each payload (driver.Step). The engine
-// (engine.go) guards every step the same way; a step only says what to send
-// and what an answer means. This file holds the rules a list of steps must
-// follow; nothing in it sends a request or touches the store.
+// guards every step the same way; a step only says what to send and what an
+// answer means. These are the rules a list of steps must follow; nothing
+// here sends a request or touches the store.
 
-// checkSteps refuses a list of steps the engine could not guard as its
+// Check refuses a list of steps the engine could not guard as its
 // target means. Each rule names a mistake that would otherwise pass
 // silently: the engine would guard something other than what the target
 // declared. It runs before a deposit's first request, so a target's mistake
 // is that deposit's error and nothing is sent.
-func checkSteps(steps []step) error {
+func Check(steps []driver.Step) error {
 	if len(steps) == 0 {
 		return errors.New("steps: none: a deposit sends at least one request")
 	}
@@ -45,7 +51,7 @@ func checkSteps(steps []step) error {
 }
 
 // checkStep applies the rules that concern one step alone.
-func checkStep(i int, s *step) error {
+func checkStep(i int, s *driver.Step) error {
 	name := stepName(i, s)
 	switch {
 	case s.Build == nil || s.Judge == nil:
@@ -72,8 +78,8 @@ func checkStep(i int, s *step) error {
 	return nil
 }
 
-// stepName names step i of a list in checkSteps' errors.
-func stepName(i int, s *step) string {
+// stepName names step i of a list in Check's errors.
+func stepName(i int, s *driver.Step) string {
 	if s.Label == "" {
 		return fmt.Sprintf("step %d (the record)", i+1)
 	}
