@@ -126,3 +126,35 @@ func TestGuardedReservesTheConditionalHeaders(t *testing.T) {
 	}
 	require.False(t, Guarded("Authorization"))
 }
+
+// Many APIs answer a numeric id: it is read as the integer's decimal
+// text, by the payload parser and by encoding/json alike (a body with a
+// member named twice goes the second way), and a fraction is no id.
+func TestStringAtReadsAnIntegerID(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"id":42}`:                   "42",
+		`{"id":-0}`:                   "0",
+		`{"id":12345678901234567890}`: "12345678901234567890", // beyond a double: the digits as sent
+		`{"id":1e3}`:                  "1000",
+		`{"id":2.0}`:                  "2",
+		`{"id":7,"id":8}`:             "8",
+		`{"id":12345678901234567890,"id":12345678901234567891}`: "12345678901234567891",
+		`{"id":1.5,"identifier":"x"}`:                           "x",
+		`{"id":1e999999999}`:                                    "",
+		`{"id":true}`:                                           "",
+	} {
+		got, ok := StringAt([]byte(body), []string{"/id", "/identifier"})
+		require.Equal(t, want, got, body)
+		require.Equal(t, want != "", ok, body)
+	}
+	require.Equal(t, "17", Identifier([]byte(`{"article":{"id":17}}`), nil, []string{"/article/id"}, "http://r/a", "http://r/a/k"))
+	require.Empty(t, MissedPointer("/id", []byte(`{"id":17}`)), "an integer id is an id")
+}
+
+func TestProblemReadsAMessageAndItsCode(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	require.Equal(t, "already published (E_PUBLISHED)", Problem(h, []byte(`{"message":"already published","code":"E_PUBLISHED"}`)))
+	require.Equal(t, "quota exceeded (4031)", Problem(h, []byte(`{"code":4031,"message":"quota exceeded"}`)))
+	require.Equal(t, "no code", Problem(h, []byte(`{"message":"no code"}`)))
+	require.Equal(t, `{"code":"E_ONLY"}`, Problem(h, []byte(`{"code":"E_ONLY"}`)), "a code without a message: the body's line")
+}
