@@ -24,7 +24,9 @@
 //
 //   - [Created] and [Exists]: the step took effect, by this request or an
 //     earlier one. A durable step's identifier is [Verdict.ID], else
-//     [Step.Fallback]; a Created with neither is treated as Ambiguous.
+//     [Step.FallbackID]: [Step.FallbackFrom] given the earlier steps'
+//     identifiers, or [Step.Fallback]; a Created with none is treated as
+//     Ambiguous.
 //   - [Retry]: the request did not take effect (429, 503, an idempotency
 //     key still in flight): it is sent again as it is.
 //   - [Ambiguous]: it may have taken effect (500, 502, 504, a timeout, a

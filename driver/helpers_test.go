@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -157,4 +158,25 @@ func TestProblemReadsAMessageAndItsCode(t *testing.T) {
 	require.Equal(t, "quota exceeded (4031)", Problem(h, []byte(`{"code":4031,"message":"quota exceeded"}`)))
 	require.Equal(t, "no code", Problem(h, []byte(`{"message":"no code"}`)))
 	require.Equal(t, `{"code":"E_ONLY"}`, Problem(h, []byte(`{"code":"E_ONLY"}`)), "a code without a message: the body's line")
+}
+
+func TestClassAndFindingKindHaveNames(t *testing.T) {
+	names := map[Class]string{Created: "created", Exists: "exists", Conflict: "conflict", Retry: "retry", Ambiguous: "ambiguous",
+		Terminal: "terminal", Stop: "stop", Canceled: "canceled", Accepted: "accepted", Class(42): "Class(42)", Class(-1): "Class(-1)"}
+	for c, want := range names {
+		require.Equal(t, want, c.String())
+	}
+	require.Equal(t, "class ambiguous", fmt.Sprintf("class %v", Ambiguous))
+	for k, want := range map[FindingKind]string{Present: "present", Absent: "absent", Foreign: "foreign", Unknown: "unknown", Pending: "pending", FindingKind(9): "FindingKind(9)"} {
+		require.Equal(t, want, k.String())
+	}
+}
+
+// FallbackID is FallbackFrom's, given the earlier steps' identifiers, else
+// the fixed Fallback.
+func TestFallbackIDIsComputedFromTheEarlierSteps(t *testing.T) {
+	s := Step{Fallback: "fixed"}
+	require.Equal(t, "fixed", s.FallbackID([]string{"7"}))
+	s.FallbackFrom = func(prior []string) string { return "http://r/articles/" + prior[0] }
+	require.Equal(t, "http://r/articles/7", s.FallbackID([]string{"7"}))
 }
