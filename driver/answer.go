@@ -50,6 +50,42 @@ func TargetName(proto, endpoint string) string {
 	return proto + " " + credential.Digest(endpoint)
 }
 
+// StepTarget is the store target of the rows of a deposit's step other
+// than its primary one, for [Driver.StepTargets]: name, the deposit's
+// target ([Driver.Name], "proto endpoint"), with "-" and step after its
+// first word, the protocol: StepTarget("articles https://r.example",
+// "publish") is "articles-publish https://r.example". The built-in targets
+// name their steps so ("invenio-file ...", "datacite-publish ... prefix"),
+// and by this rule `deposit status` (see [StepOf]) counts the rows under
+// such a target as steps of the deposits under name, not as deposits of
+// their own. step is one word of letters, digits and "-".
+func StepTarget(name, step string) string {
+	proto, rest, found := strings.Cut(name, " ")
+	if !found {
+		return name + "-" + step
+	}
+	return proto + "-" + step + " " + rest
+}
+
+// StepOf reverses [StepTarget]: when target is "proto-step rest" and
+// isTarget("proto rest") (the store holds such a deposit target), it
+// returns that deposit target and step; else ok is false, and target's
+// rows are deposits. Of several splits (a protocol may hold "-" too) the
+// one with the longest protocol is taken.
+func StepOf(target string, isTarget func(string) bool) (deposit, step string, ok bool) {
+	head, rest, found := strings.Cut(target, " ")
+	for i := strings.LastIndexByte(head, '-'); i > 0; i = strings.LastIndexByte(head[:i], '-') {
+		d := head[:i]
+		if found {
+			d += " " + rest
+		}
+		if i+1 < len(head) && isTarget(d) {
+			return d, head[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
 // RecordURL is {endpoint}/{name}, the endpoint's query kept after the name.
 func RecordURL(endpoint, name string) string {
 	base, query, found := strings.Cut(endpoint, "?")

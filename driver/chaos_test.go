@@ -318,7 +318,7 @@ func checkShelfStore(t *testing.T, db, url string, records []shelfRecord) {
 		require.Equal(t, idOf[row.Key], row.Identifier, "%s %s", row.Target, row.Key)
 		rows[row.Target]++
 	}
-	require.Equal(t, map[string]int{name: len(records), name + " publish": len(records)}, rows)
+	require.Equal(t, map[string]int{name: len(records), Shelf{Endpoint: url}.publishTarget(): len(records)}, rows)
 }
 
 func distinctCount(titles []string) int {

@@ -20,7 +20,9 @@ type Driver interface {
 	// so that no credential is stored. It must not change between runs:
 	// a store finds a deposit's outcome under it.
 	Name() string
-	// StepTargets are the store targets of its other durable steps.
+	// StepTargets are the store targets of its other durable steps,
+	// each named by [StepTarget] from Name and the step's name, so that
+	// `deposit status` counts their rows as steps, not deposits.
 	StepTargets() []string
 	// SecretFingerprint identifies a key secret that shapes the requests
 	// (never the secret itself); "" when none does. A store used with

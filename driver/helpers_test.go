@@ -180,3 +180,39 @@ func TestFallbackIDIsComputedFromTheEarlierSteps(t *testing.T) {
 	s.FallbackFrom = func(prior []string) string { return "http://r/articles/" + prior[0] }
 	require.Equal(t, "http://r/articles/7", s.FallbackID([]string{"7"}))
 }
+
+// A step's store target is the deposit's with "-step" after the protocol,
+// and StepOf finds the deposit target back, but only one the store holds.
+func TestStepTargetNamesAStepOfTheDepositsTarget(t *testing.T) {
+	name := TargetName("articles", "https://r.example/api?token=s3cret")
+	publish := StepTarget(name, "publish")
+	require.Equal(t, "articles-publish "+name[len("articles "):], publish)
+	require.Equal(t, TargetName("invenio-file", "https://r.example"), StepTarget(TargetName("invenio", "https://r.example"), "file"))
+	has := func(targets ...string) func(string) bool {
+		return func(s string) bool {
+			for _, t := range targets {
+				if s == t {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	d, step, ok := StepOf(publish, has(name))
+	require.True(t, ok)
+	require.Equal(t, name, d)
+	require.Equal(t, "publish", step)
+	_, _, ok = StepOf(publish, has())
+	require.False(t, ok, "no deposit target in the store: the rows are deposits")
+	_, _, ok = StepOf(name, has(name))
+	require.False(t, ok)
+	// "idempotency-key e" is a deposit unless "idempotency e" is a target.
+	_, _, ok = StepOf("idempotency-key e", has("idempotency-key e"))
+	require.False(t, ok)
+	d, step, ok = StepOf("lab-sys-file-part e", has("lab e", "lab-sys e"))
+	require.True(t, ok)
+	require.Equal(t, "lab-sys e", d, "the longest protocol")
+	require.Equal(t, "file-part", step)
+	_, _, ok = StepOf("lab- e", has("lab e"))
+	require.False(t, ok, "no step name")
+}
