@@ -93,3 +93,24 @@ func walkPointers(v any, at string, f func(string)) {
 		}
 	}
 }
+
+// IDAt reads an identifier a server answers as a string or an integer; a
+// number the parser holds only as a double is left to the caller.
+func TestIDAtReadsAStringOrAnInteger(t *testing.T) {
+	doc := []byte(`{"s":"a","i":42,"neg":-7,"z":-0,"f":1.5,"e":1e3,"long":12345678901234567890,"o":{}}`)
+	for _, c := range []struct {
+		ptr  string
+		want string
+		ok   bool
+		err  error
+	}{
+		{"/s", "a", true, nil}, {"/i", "42", true, nil}, {"/neg", "-7", true, nil}, {"/z", "0", true, nil},
+		{"/f", "", false, ErrInexactNumber}, {"/e", "", false, ErrInexactNumber}, {"/long", "", false, ErrInexactNumber},
+		{"/o", "", false, nil}, {"/none", "", false, nil},
+	} {
+		got, ok, err := IDAt(doc, []string{c.ptr})
+		require.Equal(t, c.err, err, c.ptr)
+		require.Equal(t, c.ok, ok, c.ptr)
+		require.Equal(t, c.want, got, c.ptr)
+	}
+}

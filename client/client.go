@@ -21,8 +21,8 @@ import (
 // other zero field has the default its comment gives.
 type Config struct {
 	// Target is where deposits go and how: the Target of a package under
-	// target (put, idempotencykey, webdav, s3, couchdb, datacite, invenio)
-	// or a target of one's own. Required.
+	// target (put, idempotencykey, webdav, s3, couchdb, datacite, invenio,
+	// dataverse, crossref) or a target of one's own. Required.
 	Target Target
 	// Store remembers every step's outcome. Required; *dedup.SQLite is one.
 	Store Store

@@ -522,8 +522,9 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncerta
 	// A step the server does not arbitrate, or may have accepted to
 	// settle later, is never sent again before its check has looked for
 	// the effect of an earlier attempt.
-	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req, intent: intent,
+	g := &stepSend{r: r, x: x, s: s, prior: prior, req: req, intent: intent, fallback: s.FallbackID(prior),
 		reconciles: !s.Arbitrated && s.Check != nil, mine: uncertain}
+	g.lookingFor(driver.Ambiguous)
 	if uncertain && (g.reconciles || (s.Accepts && s.Check != nil)) {
 		if id, done, err := g.checkBeforeResend(ctx); done {
 			return id, err
@@ -539,7 +540,7 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncerta
 		if v.Warn != "" {
 			c.warnOnce(v.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))
 		}
-		if cls == driver.Created && s.Durable && cmp.Or(v.ID, s.Fallback) == "" {
+		if cls == driver.Created && s.Durable && cmp.Or(v.ID, g.fallback) == "" {
 			// A success that names none of the identifier this step must
 			// yield (a body cut short) settles nothing: ambiguous, for
 			// this deposit alone.
@@ -569,11 +570,24 @@ type stepSend struct {
 	// intent is when the store recorded the step's intent, from which a
 	// check that says so counts its settle time (Check.SettleFromIntent).
 	intent time.Time
+	// fallback is the step's identifier when no answer names one.
+	fallback string
 	// reconciles says that the step's check looks for the effect of an
 	// attempt before it is sent again: the server does not arbitrate it.
 	reconciles bool
 	missed     bool // a check found nothing after an ambiguous attempt
 	mine       bool // an attempt of this deposit may have taken effect
+}
+
+// lookingFor sets when the step was first attempted, for the answers of
+// the checks that follow an answer of class cls (driver.Answer.Since):
+// the intent's time, unless the answer says what the check looks for may
+// be older (an exists, a conflict).
+func (g *stepSend) lookingFor(cls class) {
+	g.x.since = g.intent
+	if cls == driver.Exists || cls == driver.Conflict {
+		g.x.since = time.Time{}
+	}
 }
 
 // checkBeforeResend looks for the effect of an earlier attempt before the
@@ -587,7 +601,7 @@ func (g *stepSend) checkBeforeResend(ctx context.Context) (string, bool, error) 
 	g.missed = f.Kind == driver.Absent
 	switch f.Kind {
 	case driver.Present:
-		id, err := r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), 0)
+		id, err := r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, g.fallback), 0)
 		return id, true, err
 	case driver.Foreign:
 		return "", true, r.fail(ctx, s, f.herr)
@@ -608,7 +622,7 @@ func (g *stepSend) created(ctx context.Context, a answer, v verdict) (string, er
 			return "", err
 		}
 	}
-	return g.r.confirm(ctx, g.s, OutcomeCreated, cmp.Or(v.ID, g.s.Fallback), a.Status)
+	return g.r.confirm(ctx, g.s, OutcomeCreated, cmp.Or(v.ID, g.fallback), a.Status)
 }
 
 // existing settles the step the server says exists, by answer a judged v:
@@ -616,8 +630,9 @@ func (g *stepSend) created(ctx context.Context, a answer, v verdict) (string, er
 func (g *stepSend) existing(ctx context.Context, a answer, v verdict) (string, error) {
 	r, s := g.r, g.s
 	if v.ID != "" || s.Check == nil {
-		return r.confirm(ctx, s, exists(g.mine), cmp.Or(v.ID, s.Fallback), a.Status)
+		return r.confirm(ctx, s, exists(g.mine), cmp.Or(v.ID, g.fallback), a.Status)
 	}
+	g.lookingFor(driver.Exists)
 	f, err := g.x.runCheck(ctx, s.Check, g.prior, false)
 	if err != nil {
 		return "", r.checkFailed(ctx, s, err)
@@ -630,7 +645,7 @@ func (g *stepSend) existing(ctx context.Context, a answer, v verdict) (string, e
 	}
 	// A record the server says exists but will not show is still
 	// there: its identifier is the fallback.
-	return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), a.Status)
+	return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, g.fallback), a.Status)
 }
 
 // refused settles what an answer a of class cls, other than a success,
@@ -676,6 +691,7 @@ func (g *stepSend) unsettled(ctx context.Context, a answer, cls class, herr *HTT
 	f := checked{finding: finding{Kind: driver.Absent}}
 	if s.Check != nil {
 		var err error
+		g.lookingFor(cls)
 		if f, err = x.runCheck(ctx, s.Check, g.prior, cls == driver.Ambiguous); err != nil {
 			return "", true, r.checkFailed(ctx, s, err)
 		}
@@ -683,7 +699,7 @@ func (g *stepSend) unsettled(ctx context.Context, a answer, cls class, herr *HTT
 	switch f.Kind {
 	case driver.Present:
 		// After an ambiguous answer, our own request took effect.
-		id, err := r.confirm(ctx, s, exists(g.mine || cls == driver.Ambiguous), cmp.Or(f.ID, s.Fallback), a.Status)
+		id, err := r.confirm(ctx, s, exists(g.mine || cls == driver.Ambiguous), cmp.Or(f.ID, g.fallback), a.Status)
 		return id, true, err
 	case driver.Foreign:
 		return "", true, r.fail(ctx, s, f.herr)
@@ -748,6 +764,7 @@ func (g *stepSend) poll(ctx context.Context, status int, header http.Header) (st
 			return "", g.notSettled(ctx, polls, time.Since(start), last, err)
 		}
 		x := c.newExchange(r.key, r.drain)
+		x.since = g.x.since
 		f, err := x.runCheck(ctx, s.Check, g.prior, false)
 		polls++
 		r.res.Requests += x.requests
@@ -760,7 +777,7 @@ func (g *stepSend) poll(ctx context.Context, status int, header http.Header) (st
 		}
 		switch f.Kind {
 		case driver.Present:
-			return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, s.Fallback), status)
+			return r.confirm(ctx, s, exists(g.mine), cmp.Or(f.ID, g.fallback), status)
 		case driver.Foreign:
 			return "", r.fail(ctx, s, f.herr)
 		}

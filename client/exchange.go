@@ -42,6 +42,10 @@ type exchange struct {
 	// absent, pending, foreign), so a check of several requests, each
 	// retried within the attempt limit, leaves the write its own.
 	looks int
+	// since is what a check's answers carry as driver.Answer.Since: when
+	// the step they look for was first attempted, zero when what they
+	// look for may be older.
+	since time.Time
 	// stopped says why retrying stopped, when it did.
 	stopped error
 	// effect says that a request sent may have taken effect: any answer
@@ -601,9 +605,10 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 	defer func() { x.looks = looks }()
 	var f checked
 	a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
+		a.Since = x.since
 		f.finding = chk.Judge(a)
 		if f.Kind == driver.Unknown {
-			return verdict{Class: f.Class}
+			return verdict{Class: unusableLook(f.Class)}
 		}
 		return verdict{Class: driver.Created} // settles the check's own exchange
 	})
@@ -637,6 +642,18 @@ func (x *exchange) lookOnce(ctx context.Context, chk *check, prior []string) (ch
 		}
 	}
 	return f, nil
+}
+
+// unusableLook is the class of a look its check could not use, judged c:
+// a success (a 200 that is not the page the check reads, a body cut short)
+// is ambiguous, looked at again within the look's attempt limit; any
+// other class is what it is.
+func unusableLook(c class) class {
+	switch c {
+	case driver.Created, driver.Exists, driver.Accepted:
+		return driver.Ambiguous
+	}
+	return c
 }
 
 // unresolved is the error of a step whose retrying stopped at last (an

@@ -17,7 +17,7 @@ import (
 // answers is a mistake to report, once per client; the default pointers
 // finding nothing is a server that mints nothing, and no news.
 func TestAWrongIDPointerIsWarnedOnce(t *testing.T) {
-	const warning = "names no string in the server's answer"
+	const warning = "names no string or integer in the server's answer"
 	created := reply{status: 201, header: map[string]string{"Content-Type": "application/json"}, body: `{"id":"rec-1","doi":"10.5072/x"}`}
 	for _, tc := range []struct {
 		name     string

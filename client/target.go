@@ -11,7 +11,8 @@ import (
 
 // Target is where deposits go and how each one becomes requests: the
 // Target of one of the packages under target (put, idempotencykey, webdav,
-// s3, couchdb, datacite, invenio), each a struct of its own options, or a
+// s3, couchdb, datacite, invenio, dataverse, crossref), each a struct of
+// its own options, or a
 // target of any package written against the step contract of package
 // driver. A target turns a
 // payload into the steps of its deposit and judges the answers; the

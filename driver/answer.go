@@ -3,7 +3,9 @@ package driver
 import (
 	"bytes"
 	"encoding/json"
+	"math/big"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/depositkit/deposit/canonical"
@@ -48,6 +50,42 @@ func TargetName(proto, endpoint string) string {
 	return proto + " " + credential.Digest(endpoint)
 }
 
+// StepTarget is the store target of the rows of a deposit's step other
+// than its primary one, for [Driver.StepTargets]: name, the deposit's
+// target ([Driver.Name], "proto endpoint"), with "-" and step after its
+// first word, the protocol: StepTarget("articles https://r.example",
+// "publish") is "articles-publish https://r.example". The built-in targets
+// name their steps so ("invenio-file ...", "datacite-publish ... prefix"),
+// and by this rule `deposit status` (see [StepOf]) counts the rows under
+// such a target as steps of the deposits under name, not as deposits of
+// their own. step is one word of letters, digits and "-".
+func StepTarget(name, step string) string {
+	proto, rest, found := strings.Cut(name, " ")
+	if !found {
+		return name + "-" + step
+	}
+	return proto + "-" + step + " " + rest
+}
+
+// StepOf reverses [StepTarget]: when target is "proto-step rest" and
+// isTarget("proto rest") (the store holds such a deposit target), it
+// returns that deposit target and step; else ok is false, and target's
+// rows are deposits. Of several splits (a protocol may hold "-" too) the
+// one with the longest protocol is taken.
+func StepOf(target string, isTarget func(string) bool) (deposit, step string, ok bool) {
+	head, rest, found := strings.Cut(target, " ")
+	for i := strings.LastIndexByte(head, '-'); i > 0; i = strings.LastIndexByte(head[:i], '-') {
+		d := head[:i]
+		if found {
+			d += " " + rest
+		}
+		if i+1 < len(head) && isTarget(d) {
+			return d, head[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
 // RecordURL is {endpoint}/{name}, the endpoint's query kept after the name.
 func RecordURL(endpoint, name string) string {
 	base, query, found := strings.Cut(endpoint, "?")
@@ -57,17 +95,20 @@ func RecordURL(endpoint, name string) string {
 	return base + "/" + name
 }
 
-// StringAt returns the string found at the first of pointers (RFC 6901)
-// that names a non-empty string in a JSON body: an identifier in an
-// answer. The payload parser reads it, in a fifth of the time decoding a
-// 3 KB record into Go values takes; a body that parser refuses, such as
-// one with a member named twice, is decoded as encoding/json reads it.
+// StringAt returns the identifier found at the first of pointers (RFC
+// 6901) that names a non-empty string or an integer in a JSON body: an
+// identifier in an answer, which many APIs give as a number ({"id": 42}).
+// An integer is given as its decimal text ("42"; 1e3, "1000"); a number
+// with a fraction names none. The payload parser reads it, in a fifth of
+// the time decoding a 3 KB record into Go values takes; a body that parser
+// refuses, such as one with a member named twice, is decoded as
+// encoding/json reads it.
 func StringAt(body []byte, pointers []string) (string, bool) {
 	body = bytes.TrimSpace(body)
 	if len(pointers) == 0 || len(body) == 0 || (body[0] != '{' && body[0] != '[') {
 		return "", false
 	}
-	if s, ok, err := canonical.StringAt(body, pointers); err == nil {
+	if s, ok, err := canonical.IDAt(body, pointers); err == nil {
 		return s, ok
 	}
 	return decodedStringAt(body, pointers)
@@ -86,11 +127,33 @@ func decodedStringAt(body []byte, pointers []string) (string, bool) {
 		if err != nil {
 			continue
 		}
-		if v, _ := jsonpointer.Get(doc, toks); v != nil {
-			if s, ok := v.(string); ok && s != "" {
+		v, _ := jsonpointer.Get(doc, toks)
+		switch v := v.(type) {
+		case string:
+			if v != "" {
+				return v, true
+			}
+		case json.Number:
+			if s, ok := integerText(v); ok {
 				return s, true
 			}
 		}
 	}
 	return "", false
+}
+
+// integerText is the decimal text of n when it is an integer (1e3 is
+// "1000", 2.0 is "2"); a number with a fraction is not one, nor one whose
+// exponent is beyond any identifier's length.
+func integerText(n json.Number) (string, bool) {
+	if i := strings.IndexAny(string(n), "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(string(n[i+1:])); err != nil || exp < -100 || exp > 100 {
+			return "", false
+		}
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok || !r.IsInt() {
+		return "", false
+	}
+	return r.Num().String(), true
 }

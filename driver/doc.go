@@ -24,7 +24,9 @@
 //
 //   - [Created] and [Exists]: the step took effect, by this request or an
 //     earlier one. A durable step's identifier is [Verdict.ID], else
-//     [Step.Fallback]; a Created with neither is treated as Ambiguous.
+//     [Step.FallbackID]: [Step.FallbackFrom] given the earlier steps'
+//     identifiers, or [Step.Fallback]; a Created with none is treated as
+//     Ambiguous.
 //   - [Retry]: the request did not take effect (429, 503, an idempotency
 //     key still in flight): it is sent again as it is.
 //   - [Ambiguous]: it may have taken effect (500, 502, 504, a timeout, a
@@ -64,9 +66,29 @@
 // with that check (a search that missed, then the collection's listing,
 // then each record in it), taking the last finding as the check's. The
 // judge builds Then from its answer, so it stays pure, and bounds its own
-// chain. Each look is retried within the retry policy's attempt limit
-// of its own, and a look whose answer the judge could read spends none
-// of the step's attempts, which are its own requests'.
+// chain (ExampleFinding_then pages a listing so). Each look is retried
+// within the retry policy's attempt limit of its own, and a look whose
+// answer the judge could read spends none of the step's attempts
+// (MaxAttempts), which are its own requests': a step with a check gets as
+// many writes per run as an arbitrated one. A check's requests, and its
+// settle wait, do count against the step's elapsed limit (MaxElapsed,
+// counted from the step's first request), and their retries against the
+// client's retry budget; a look that ends [Unknown] leaves the deposit
+// unresolved.
+//
+// A check's answers carry [Answer.Since], when the step was first
+// attempted (its intent as the store journaled it, in this run or an
+// earlier one): a record the server made before then is not its effect,
+// so a listing read newest first may stop at the first older record (less
+// a margin for clock skew) instead of paging the whole account. Since is
+// zero after an [Exists] or a [Conflict], whose record may be older; the
+// check must then look at everything.
+//
+// A 200 whose body is not what the check reads (a login page, a body cut
+// short) is [Unknown] with the class [Classify] gives it, [Created]; a
+// success class is no class for a look, and the engine takes it as
+// [Ambiguous]: looked at again within the look's attempt limit, then left
+// unresolved.
 //
 // # A step accepted to settle later
 //
@@ -93,6 +115,18 @@
 // effect of the same request (a conditional create, an Idempotency-Key):
 // the engine then retries an ambiguous answer without looking. Claim it
 // only when that is true of every retry, after a restart too.
+//
+// A state change the server refuses to make twice (a publish answered 400
+// "already published" the second time) is arbitrated: the second request
+// has no effect, and the state it asks for holds. Judge that refusal
+// [Exists], which is what Exists means (the step had taken effect
+// already), as DataCite's event step takes a second "publish" of a
+// findable DOI; match it by what the server says (a code, a message),
+// never by the status alone, since a 400 is also a request refused for
+// good ([Terminal]). Its answer names no identifier: give the step
+// [Step.FallbackFrom] (the record the create made) or a Check. Do not
+// claim it where a repeat may act again (a publish that makes a new
+// version when the record changed in between): give the step a Check.
 //
 // [Step.Durable] gives the step a store row: its intent is recorded
 // before its first request and it is done only on the server's
@@ -125,6 +159,12 @@
 //   - a step with a Recheck row has a Check and is not arbitrated;
 //   - a step that names the RecordID is durable.
 //
+// Name the store target of a step other than the primary one by
+// [StepTarget] (the deposit's target with "-step" after the protocol,
+// "articles-publish <endpoint>" beside "articles <endpoint>"): `deposit
+// status` counts the rows under such a target as steps of the deposits,
+// not as deposits of their own.
+//
 // # Optional capabilities
 //
 // As with database/sql/driver, optional behaviour is an interface the
@@ -143,7 +183,11 @@
 //     per store, kept whole or not at all, the other processes waiting),
 //     and seeds the deposit's rows from the records found with its marker,
 //     so that a batch run again after its store was lost creates nothing
-//     new; a scan that cannot reach every record stops the run. A target
+//     new; a scan that cannot reach every record stops the run. Every
+//     store that holds no scan yet, a new one as well as one that was lost,
+//     waits ScanSettle and scans the whole account before its first
+//     deposit: budget for it in a first run. [Seeder] says how pages
+//     combine. A target
 //     that arbitrates nothing and has no Seeder is reconciled per step, by
 //     its checks, while its store holds the deposits' rows; a run on an
 //     empty store sends afresh what an earlier, lost store had recorded.

@@ -20,7 +20,9 @@ type Driver interface {
 	// so that no credential is stored. It must not change between runs:
 	// a store finds a deposit's outcome under it.
 	Name() string
-	// StepTargets are the store targets of its other durable steps.
+	// StepTargets are the store targets of its other durable steps,
+	// each named by [StepTarget] from Name and the step's name, so that
+	// `deposit status` counts their rows as steps, not deposits.
 	StepTargets() []string
 	// SecretFingerprint identifies a key secret that shapes the requests
 	// (never the secret itself); "" when none does. A store used with
@@ -102,6 +104,16 @@ type Payloader interface {
 // mark. The engine then seeds the rows SeedRows returns for the records
 // found with the deposit's Marker, last step first, and the deposit runs
 // from the first step they leave undone.
+//
+// Pages combine so: the hits of the pages are added up, and the scan ends
+// at a page with no hits, once the hits add up to the total the last page
+// gave, or once they reach ScanWindow. Each page's total is the search's
+// whole size as that page reports it (not added up), checked against
+// ScanWindow page by page. A listing with no total and no window (pages
+// until one comes back short) is read with ScanWindow math.MaxInt and a
+// total of math.MaxInt for a full page and 0 for a short one, the last.
+// ScanTarget names the scan's own store tables, not rows: it is not one of
+// [Driver.StepTargets], which name rows; name it by [StepTarget] ("scan").
 type Seeder interface {
 	// Marker is the marker the deposit of k carries on the server.
 	Marker(k canonical.Keyed) string

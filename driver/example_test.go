@@ -31,7 +31,8 @@ type Shelf struct {
 
 func (s Shelf) Driver() (driver.Driver, error) { return s, nil }
 func (s Shelf) Name() string                   { return driver.TargetName("shelf", s.Endpoint) }
-func (s Shelf) StepTargets() []string          { return []string{s.Name() + " publish"} }
+func (s Shelf) StepTargets() []string          { return []string{s.publishTarget()} }
+func (s Shelf) publishTarget() string          { return driver.StepTarget(s.Name(), "publish") }
 func (s Shelf) SecretFingerprint() string      { return "" }
 func (s Shelf) Guards(string) bool             { return false }
 
@@ -41,7 +42,7 @@ func (s Shelf) Steps(k canonical.Keyed, _ string) ([]driver.Step, error) {
 		Build: s.request("POST", "/records", body), Judge: judgeID,
 		Check: &driver.Check{Build: s.request("GET", "/records?marker="+k.Key, nil), Judge: found,
 			Settle: s.Settle}}
-	publish := driver.Step{Label: "publish", Durable: true, Target: s.Name() + " publish", Key: k.Key,
+	publish := driver.Step{Label: "publish", Durable: true, Target: s.publishTarget(), Key: k.Key,
 		Build: s.request("POST", "/records/{id}/publish", nil), Judge: judgeID,
 		Check: &driver.Check{Build: s.request("GET", "/records?published=1&marker="+k.Key, nil), Judge: found,
 			Settle: s.Settle}}

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -125,4 +126,93 @@ func TestGuardedReservesTheConditionalHeaders(t *testing.T) {
 		require.True(t, Guarded(name), name)
 	}
 	require.False(t, Guarded("Authorization"))
+}
+
+// Many APIs answer a numeric id: it is read as the integer's decimal
+// text, by the payload parser and by encoding/json alike (a body with a
+// member named twice goes the second way), and a fraction is no id.
+func TestStringAtReadsAnIntegerID(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"id":42}`:                   "42",
+		`{"id":-0}`:                   "0",
+		`{"id":12345678901234567890}`: "12345678901234567890", // beyond a double: the digits as sent
+		`{"id":1e3}`:                  "1000",
+		`{"id":2.0}`:                  "2",
+		`{"id":7,"id":8}`:             "8",
+		`{"id":12345678901234567890,"id":12345678901234567891}`: "12345678901234567891",
+		`{"id":1.5,"identifier":"x"}`:                           "x",
+		`{"id":1e999999999}`:                                    "",
+		`{"id":true}`:                                           "",
+	} {
+		got, ok := StringAt([]byte(body), []string{"/id", "/identifier"})
+		require.Equal(t, want, got, body)
+		require.Equal(t, want != "", ok, body)
+	}
+	require.Equal(t, "17", Identifier([]byte(`{"article":{"id":17}}`), nil, []string{"/article/id"}, "http://r/a", "http://r/a/k"))
+	require.Empty(t, MissedPointer("/id", []byte(`{"id":17}`)), "an integer id is an id")
+}
+
+func TestProblemReadsAMessageAndItsCode(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}}
+	require.Equal(t, "already published (E_PUBLISHED)", Problem(h, []byte(`{"message":"already published","code":"E_PUBLISHED"}`)))
+	require.Equal(t, "quota exceeded (4031)", Problem(h, []byte(`{"code":4031,"message":"quota exceeded"}`)))
+	require.Equal(t, "no code", Problem(h, []byte(`{"message":"no code"}`)))
+	require.Equal(t, `{"code":"E_ONLY"}`, Problem(h, []byte(`{"code":"E_ONLY"}`)), "a code without a message: the body's line")
+}
+
+func TestClassAndFindingKindHaveNames(t *testing.T) {
+	names := map[Class]string{Created: "created", Exists: "exists", Conflict: "conflict", Retry: "retry", Ambiguous: "ambiguous",
+		Terminal: "terminal", Stop: "stop", Canceled: "canceled", Accepted: "accepted", Class(42): "Class(42)", Class(-1): "Class(-1)"}
+	for c, want := range names {
+		require.Equal(t, want, c.String())
+	}
+	require.Equal(t, "class ambiguous", fmt.Sprintf("class %v", Ambiguous))
+	for k, want := range map[FindingKind]string{Present: "present", Absent: "absent", Foreign: "foreign", Unknown: "unknown", Pending: "pending", FindingKind(9): "FindingKind(9)"} {
+		require.Equal(t, want, k.String())
+	}
+}
+
+// FallbackID is FallbackFrom's, given the earlier steps' identifiers, else
+// the fixed Fallback.
+func TestFallbackIDIsComputedFromTheEarlierSteps(t *testing.T) {
+	s := Step{Fallback: "fixed"}
+	require.Equal(t, "fixed", s.FallbackID([]string{"7"}))
+	s.FallbackFrom = func(prior []string) string { return "http://r/articles/" + prior[0] }
+	require.Equal(t, "http://r/articles/7", s.FallbackID([]string{"7"}))
+}
+
+// A step's store target is the deposit's with "-step" after the protocol,
+// and StepOf finds the deposit target back, but only one the store holds.
+func TestStepTargetNamesAStepOfTheDepositsTarget(t *testing.T) {
+	name := TargetName("articles", "https://r.example/api?token=s3cret")
+	publish := StepTarget(name, "publish")
+	require.Equal(t, "articles-publish "+name[len("articles "):], publish)
+	require.Equal(t, TargetName("invenio-file", "https://r.example"), StepTarget(TargetName("invenio", "https://r.example"), "file"))
+	has := func(targets ...string) func(string) bool {
+		return func(s string) bool {
+			for _, t := range targets {
+				if s == t {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	d, step, ok := StepOf(publish, has(name))
+	require.True(t, ok)
+	require.Equal(t, name, d)
+	require.Equal(t, "publish", step)
+	_, _, ok = StepOf(publish, has())
+	require.False(t, ok, "no deposit target in the store: the rows are deposits")
+	_, _, ok = StepOf(name, has(name))
+	require.False(t, ok)
+	// "idempotency-key e" is a deposit unless "idempotency e" is a target.
+	_, _, ok = StepOf("idempotency-key e", has("idempotency-key e"))
+	require.False(t, ok)
+	d, step, ok = StepOf("lab-sys-file-part e", has("lab e", "lab-sys e"))
+	require.True(t, ok)
+	require.Equal(t, "lab-sys e", d, "the longest protocol")
+	require.Equal(t, "file-part", step)
+	_, _, ok = StepOf("lab- e", has("lab e"))
+	require.False(t, ok, "no step name")
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // Identifier applies the identifier rule to a create answer: the string
-// at the first of pointers (RFC 6901) that names one in a JSON body, else
+// or integer at the first of pointers (RFC 6901) that names one in a JSON
+// body, as [StringAt] reads it, else
 // Location resolved against the request URL (without its credentials,
 // which a bare Location would otherwise inherit), else recordURL.
 func Identifier(body []byte, header http.Header, pointers []string, requestURL, recordURL string) string {
@@ -35,11 +36,11 @@ func Identifier(body []byte, header http.Header, pointers []string, requestURL, 
 }
 
 // MissedPointer is the warning, for [Verdict.Warn], for an answer whose
-// JSON body names no string at user, the identifier pointer the user
+// JSON body names no string or integer at user, the identifier pointer the user
 // chose: the identifier falls back to Location or the record URL, most
 // likely because the pointer is wrong. It is "" when the user chose no
 // pointer (the defaults finding nothing is a server that mints nothing),
-// when the body is not JSON, or when the pointer names a string.
+// when the body is not JSON, or when the pointer names an identifier.
 func MissedPointer(user string, body []byte) string {
 	body = bytes.TrimSpace(body)
 	if user == "" || len(body) == 0 || (body[0] != '{' && body[0] != '[') || !json.Valid(body) {
@@ -48,13 +49,15 @@ func MissedPointer(user string, body []byte) string {
 	if _, ok := StringAt(body, []string{user}); ok {
 		return ""
 	}
-	return "the identifier pointer " + strconv.Quote(user) + " names no string in the server's answer; identifiers fall back to Location or the record URL"
+	return "the identifier pointer " + strconv.Quote(user) + " names no string or integer in the server's answer; identifiers fall back to Location or the record URL"
 }
 
 // Problem summarises an error body in one line, for [Verdict.Problem]:
 // the RFC 9457 title and detail of a problem document, the messages of a
-// JSON:API errors array (each with its source), or the first line of a
-// text body; "" for an empty body.
+// JSON:API errors array (each with its source), the message of a
+// {"message", "code"} body many APIs answer (with its code, a string or a
+// number, in brackets), or the first line of a text body; "" for an empty
+// body.
 func Problem(header http.Header, body []byte) string {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
@@ -63,17 +66,19 @@ func Problem(header http.Header, body []byte) string {
 	mt, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
 	if strings.HasSuffix(mt, "json") || body[0] == '{' {
 		var p struct {
-			Title  string `json:"title"`
-			Detail string `json:"detail"`
-			Errors []struct {
+			Title   string          `json:"title"`
+			Detail  string          `json:"detail"`
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
+			Errors  []struct {
 				Source any    `json:"source"` // a member name (DataCite) or {"pointer":...} (JSON:API)
 				Title  string `json:"title"`
 				Detail string `json:"detail"`
 			} `json:"errors"`
 		}
 		if json.Unmarshal(body, &p) == nil {
-			var head []string // RFC 9457: title, then detail
-			for _, s := range []string{p.Title, p.Detail} {
+			var head []string // RFC 9457: title, then detail; or a message
+			for _, s := range []string{p.Title, p.Detail, messageWithCode(p.Message, p.Code)} {
 				if s != "" {
 					head = append(head, s)
 				}
@@ -104,6 +109,27 @@ func Problem(header http.Header, body []byte) string {
 	}
 	line, _, _ := strings.Cut(string(body), "\n")
 	return OneLine(line)
+}
+
+// messageWithCode is a body's message with its code, a string or a
+// number, in brackets: "already published (E_STATE)"; "" without a
+// message.
+func messageWithCode(msg string, code json.RawMessage) string {
+	if msg == "" {
+		return ""
+	}
+	var c any
+	if json.Unmarshal(code, &c) == nil {
+		switch c := c.(type) {
+		case string:
+			if c != "" {
+				return msg + " (" + c + ")"
+			}
+		case float64:
+			return msg + " (" + string(bytes.TrimSpace(code)) + ")"
+		}
+	}
+	return msg
 }
 
 // OneLine trims s to a single printable line of at most 300 bytes (its

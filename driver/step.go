@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -72,8 +73,14 @@ type Step struct {
 	// until a step the server [Accepted] settles.
 	Check *Check
 	// Fallback is the identifier of a step whose answers name none (the
-	// record URL).
+	// record URL), fixed when the step is built.
 	Fallback string
+	// FallbackFrom, when set, is Fallback computed from the identifiers of
+	// the deposit's earlier steps once they are settled (prior, as Build
+	// gets them): a publish whose answer names nothing, or an [Exists]
+	// that names no identifier, falls back on the record the create step
+	// made. It is used in Fallback's stead; "" is no fallback.
+	FallbackFrom func(prior []string) string
 
 	// Settled, when set, reports that earlier steps settled this one too
 	// (a file found committed needs no upload): it returns the step's
@@ -90,6 +97,15 @@ type Step struct {
 	// attempt: a search of an index that lags more than Check.Settle can
 	// miss, so a later run looks again.
 	Recheck string
+}
+
+// FallbackID is the step's fallback identifier given the identifiers of
+// the earlier steps: [Step.FallbackFrom]'s, when set, else [Step.Fallback].
+func (s *Step) FallbackID(prior []string) string {
+	if s.FallbackFrom != nil {
+		return s.FallbackFrom(prior)
+	}
+	return s.Fallback
 }
 
 // ErrNotYet is wrapped by a Build error that says the step cannot be sent
@@ -132,6 +148,19 @@ type Answer struct {
 	// the request was written, which net/http may retry by itself): that
 	// attempt may have taken effect, so an "exists" may be our own.
 	AfterAmbiguous bool
+	// Since, in an answer to a [Check]'s request, is when the step it
+	// looks for was first attempted: when the store recorded the step's
+	// intent, before its first request, in this run or an earlier one (the
+	// row's CreatedAt, by the store's clock). A
+	// record the server made before Since is not the effect of any attempt
+	// of the step, so a check that pages a listing newest first may stop
+	// at the first record older than Since, less a margin for the skew
+	// between that clock and the server's. It is zero where what the check
+	// looks for may be older than the intent (after an [Exists] or a
+	// [Conflict] answer: another client's record, or one whose store was
+	// lost), and for a step without a row, and in a step's own answers:
+	// a check must then look at everything.
+	Since time.Time
 }
 
 // Class is what an answer means for a step.
@@ -151,6 +180,17 @@ const (
 
 // Retryable reports whether the engine retries an answer of class c.
 func (c Class) Retryable() bool { return c == Retry || c == Ambiguous }
+
+var classNames = [...]string{"created", "exists", "conflict", "retry", "ambiguous", "terminal", "stop", "canceled", "accepted"}
+
+// String is the class's name in lower case ("ambiguous"), for a test's
+// failure or a log line; Class(n) for a value outside the constants.
+func (c Class) String() string {
+	if c >= 0 && int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
 
 // Verdict is a step's judgement of one answer.
 type Verdict struct {
@@ -213,6 +253,17 @@ const (
 	Pending                    // accepted, not settled yet: poll again, never re-send
 )
 
+var kindNames = [...]string{"present", "absent", "foreign", "unknown", "pending"}
+
+// String is the kind's name in lower case ("absent"); FindingKind(n) for
+// a value outside the constants.
+func (k FindingKind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "FindingKind(" + strconv.Itoa(int(k)) + ")"
+}
+
 // Finding is a check's judgement of one answer.
 type Finding struct {
 	Kind FindingKind
@@ -225,7 +276,10 @@ type Finding struct {
 	// Class is the class of an answer that settles nothing ([Unknown]),
 	// [Classify]'s as a rule: a retryable class looks again within the
 	// attempt limit, [Stop] stops the run, and any other, or the limit
-	// reached, leaves the deposit unresolved.
+	// reached, leaves the deposit unresolved. A success class ([Created],
+	// [Exists], [Accepted]: what Classify makes of a 200 that is not the
+	// page the check reads, a body cut short, a proxy's page) is taken as
+	// [Ambiguous]: looked at again, then unresolved.
 	Class Class
 	// Then, when set, says that this answer settles nothing alone: the
 	// engine looks further with Then, and its finding is the check's (a

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
+	"strings"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/credential"
 	"github.com/depositkit/deposit/internal/protocol"
 )
@@ -23,7 +26,10 @@ A deposit is one row, one input line: InvenioRDM's published record (its
 draft under run --no-publish), DataCite's DOI, or the stored document.
 Its other steps are rows of their own, shown as steps: an InvenioRDM
 deposit's draft and file rows (three per file: start, upload, commit), a
-DataCite deposit's publish or register event. Rows of the recheck step are
+DataCite deposit's publish or register event. A step's rows are under the
+deposits' target with "-step" after the protocol ("invenio-file <endpoint>"),
+and a target of one's own that names its steps so (driver.StepTarget) is
+counted the same way. Rows of the recheck step are
 notes, not deposits: each is a record created after a search for it found
 nothing, counted "to search again" (not pending) until the next run of the
 batch searches for it once more.
@@ -117,21 +123,38 @@ type targetGroup struct {
 // groupTargets sorts the store's targets into deposits and steps. A deposit
 // is a row under a target's primary step (protocol.Step gives the step ""),
 // and its other steps are rows under the same protocol and endpoint with a
-// step name; InvenioRDM's drafts are the deposits where the store holds no
+// step name: "proto-step endpoint", the rule of driver.StepTarget, which a
+// target of one's own follows too (its steps are found by driver.StepOf,
+// where the store holds its deposits' target); InvenioRDM's drafts are the deposits where the store holds no
 // published ones for the endpoint (a batch run with --no-publish).
 func groupTargets(counts []dedup.TargetCounts) []*targetGroup {
 	type groupKey struct{ proto, rest string }
 	byKey := map[groupKey]*targetGroup{}
 	var groups []*targetGroup
 	primary := map[groupKey]bool{}
+	held := make(map[string]bool, len(counts))
 	for _, c := range counts {
-		proto, step, rest := protocol.Step(c.Target)
+		held[c.Target] = true
+	}
+	split := func(target string) (proto, step, rest string) {
+		proto, step, rest = protocol.Step(target)
+		if step == "" && !slices.Contains(protocol.Names(), proto) {
+			// A target of one's own names its steps by driver.StepTarget.
+			if d, s, ok := driver.StepOf(target, func(t string) bool { return held[t] }); ok {
+				proto, rest, _ = strings.Cut(d, " ")
+				step = s
+			}
+		}
+		return proto, step, rest
+	}
+	for _, c := range counts {
+		proto, step, rest := split(c.Target)
 		if step == "" {
 			primary[groupKey{proto, rest}] = true
 		}
 	}
 	for _, c := range counts {
-		proto, step, rest := protocol.Step(c.Target)
+		proto, step, rest := split(c.Target)
 		k := groupKey{proto, rest}
 		g := byKey[k]
 		if g == nil {
