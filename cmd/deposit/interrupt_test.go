@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -293,4 +294,27 @@ func TestProgressShowsNoETAOnceStopping(t *testing.T) {
 	require.Contains(t, bar, "1 items/s; stopping | 10 items")
 	require.NotContains(t, p.status(), "ETA")
 	require.Contains(t, p.status(), "; stopping")
+}
+
+// While the endpoint is waited out, the progress shows that in place of an
+// ETA that only grows; once it answers again, the ETA comes back.
+func TestProgressShowsNoETAWhileTheEndpointIsWaitedOut(t *testing.T) {
+	var out syncBuffer
+	p := &progress{w: &out, tty: true, width: func() int { return 200 }, size: 1000, read: func() int64 { return 250 }, done: make(chan struct{})}
+	p.start = time.Now().Add(-10 * time.Second)
+	p.itemsRead.Store(10)
+	for range 10 {
+		p.add(client.ItemResult{Result: client.Result{Outcome: client.OutcomeCreated}})
+	}
+	hook := p.endpointOutage("http://127.0.0.1:1")
+	hook(client.EndpointOutageEvent{Err: errors.New("connection refused"), Budget: time.Minute})
+	bar := p.bar(10*time.Second, 200)
+	require.NotContains(t, bar, "ETA")
+	require.Contains(t, bar, "1 items/s; waiting for the endpoint | 10 items")
+	require.NotContains(t, p.status(), "ETA")
+	require.Contains(t, p.status(), "; waiting for the endpoint")
+
+	hook(client.EndpointOutageEvent{Done: true, Waited: 2 * time.Second})
+	require.Contains(t, p.bar(10*time.Second, 200), "ETA ")
+	require.NotContains(t, p.status(), "waiting for the endpoint")
 }

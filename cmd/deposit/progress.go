@@ -51,8 +51,12 @@ type progress struct {
 	stopped bool
 	// halting: the run stops sending (an interrupt), so no ETA is shown.
 	halting bool
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// outage: the endpoint stopped accepting connections and the run
+	// waits for it, so the ETA says nothing; "waiting for the endpoint"
+	// stands in its place until it answers again.
+	outage bool
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // isTerminal reports whether w is a terminal, and its width function.
@@ -178,6 +182,9 @@ func (p *progress) stopping(line string) {
 // answered, stops accepting connections and when it answers again.
 func (p *progress) endpointOutage(endpoint string) func(client.EndpointOutageEvent) {
 	return func(e client.EndpointOutageEvent) {
+		p.mu.Lock()
+		p.outage = !e.Done
+		p.mu.Unlock()
 		if e.Done {
 			p.logf("the endpoint %s answers again, after %s; the run goes on", redact(endpoint), e.Waited.Round(time.Millisecond))
 			return
@@ -303,8 +310,8 @@ func (p *progress) barText(elapsed time.Duration, show int) string {
 	if eta, ok := p.eta(elapsed); ok && show&partETA != 0 {
 		pace = append(pace, "ETA "+eta.String())
 	}
-	if p.halting && show&partETA != 0 {
-		pace = append(pace, "stopping")
+	if word := p.waitWord(); word != "" && show&partETA != 0 {
+		pace = append(pace, word)
 	}
 	if len(pace) > 0 {
 		head = append(head, strings.Join(pace, "; ")+p.pace.note(show&partPace != 0, show&partPaceWhy != 0))
@@ -363,8 +370,8 @@ func (p *progress) status() string {
 	if eta, ok := p.eta(elapsed); ok {
 		pace = append(pace, "ETA "+eta.String())
 	}
-	if p.halting {
-		pace = append(pace, "stopping")
+	if word := p.waitWord(); word != "" {
+		pace = append(pace, word)
 	}
 	text := p.countsText(partAll)
 	if len(pace) > 0 {
@@ -374,6 +381,19 @@ func (p *progress) status() string {
 		p.pace.explained = p.pace.explained || p.pace.paced
 	}
 	return text
+}
+
+// waitWord is what the progress shows where the ETA was while the run
+// does not go where the ETA says: "stopping" after an interrupt, "waiting
+// for the endpoint" in an outage of it; "" otherwise. p.mu held.
+func (p *progress) waitWord() string {
+	switch {
+	case p.halting:
+		return "stopping"
+	case p.outage:
+		return "waiting for the endpoint"
+	}
+	return ""
 }
 
 // rate is the items settled per second; p.mu held.
@@ -392,7 +412,7 @@ func (p *progress) rate(elapsed time.Duration) (string, bool) {
 // of the input is known and an item was sent, and none once the run
 // stops sending; p.mu held.
 func (p *progress) eta(elapsed time.Duration) (time.Duration, bool) {
-	if p.halting {
+	if p.waitWord() != "" {
 		return 0, false
 	}
 	f, read := p.fraction(), p.itemsRead.Load()
