@@ -132,14 +132,19 @@ func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
 	}
 	input := writeFile(t, dir, "datasets.jsonl", lines...)
 	results := filepath.Join(dir, "results.jsonl")
+	command := func(endpoint, db string) *exec.Cmd {
+		cmd := exec.Command(binary, "run", "--protocol", "invenio", "--endpoint", endpoint+"/api", "--datasets", data,
+			"--settle", "30ms", "--rate", "1000", "--search-rate", "1000", "--concurrency", "8",
+			"--db", db, "--results", results, "--json", input)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
+		return cmd
+	}
+	var endpoint string // the harness's, for the replay after it (one worker: one goroutine)
 	report := drivertest.Harness{
 		Handler: iv,
 		Command: func(c drivertest.Child) *exec.Cmd {
-			cmd := exec.Command(binary, "run", "--protocol", "invenio", "--endpoint", c.Endpoint+"/api", "--datasets", data,
-				"--settle", "30ms", "--rate", "1000", "--search-rate", "1000", "--concurrency", "8",
-				"--db", c.Store, "--results", results, "--json", input)
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
-			return cmd
+			endpoint = c.Endpoint
+			return command(c.Endpoint, c.Store)
 		},
 		KillAt: drivertest.RandomKills(2, 4, 600), // of about 5 writes a dataset
 		Runs:   14,
@@ -160,6 +165,9 @@ func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
 	}
 	require.Empty(t, sums, "every file on a record")
 
+	r, err := command(endpoint, report.Store).Output()
+	require.NoError(t, err)
+	require.Equal(t, n, summaryOf(t, string(r)).Replayed)
 	body, err := os.ReadFile(results) // the replay's
 	require.NoError(t, err)
 	rows := jsonLines(t, string(body))
