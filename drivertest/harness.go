@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -88,6 +89,17 @@ type Harness struct {
 	// an empty one, as after a lost disk. Only with one worker.
 	LoseStore bool
 
+	// Store is the store's path; "" is a new one in the Run's temporary
+	// directory, removed when its test ends. With Addr, a test runs one
+	// batch after another on one store (a batch that changes some payloads
+	// of the one before, say): a path in the parent test's t.TempDir().
+	Store string
+	// Addr is the address the handler is served on; "" is a free port of
+	// 127.0.0.1. A store's target names hold the endpoint, so a later Run
+	// on the same Store gives an earlier Run's Report.Endpoint (less
+	// "http://"), once that Run's test (a subtest) has ended and closed it.
+	Addr string
+
 	// Check checks the handler's records once the batch is done: one per
 	// payload, say. Its error fails the test.
 	Check func(payloads [][]byte) error
@@ -110,6 +122,7 @@ type Report struct {
 	Summaries []client.Summary
 	Stats     Stats  // the middleware's counters, before the replay
 	Store     string // the store's path, for a test to read after Run
+	Endpoint  string // the handler's URL, served until the test ends
 }
 
 // childResult is what a child run writes for the parent under Client.
@@ -146,14 +159,28 @@ func (h Harness) Run(t *testing.T) Report {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	p := &parent{h: h, t: t, dir: dir, store: filepath.Join(dir, "deposit.db"), input: filepath.Join(dir, "batch.jsonl"),
+	store := h.Store
+	if store == "" {
+		store = filepath.Join(dir, "deposit.db")
+	}
+	p := &parent{h: h, t: t, dir: dir, store: store, input: filepath.Join(dir, "batch.jsonl"),
 		procs: map[int]*exec.Cmd{}, kills: slices.Sorted(slices.Values(h.KillAt))}
 	p.report.Store = p.store
 	p.writeInput()
 	m.committed = p.committed
-	srv := httptest.NewServer(m)
+	srv := httptest.NewUnstartedServer(m)
+	if h.Addr != "" {
+		l, err := net.Listen("tcp", h.Addr)
+		if err != nil {
+			t.Fatalf("drivertest: Addr: %v", err)
+		}
+		srv.Listener.Close()
+		srv.Listener = l
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	p.endpoint = srv.URL
+	p.report.Endpoint = srv.URL
 
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -355,7 +382,7 @@ func (p *parent) start(c Child) (outcome, string) {
 	case res.Stop || s.Failed+s.Invalid > 0:
 		return failed, fmt.Sprintf("%s (%+v): %s", res.Err, s, said)
 	case res.Err != "" || s.Unresolved > 0:
-		return again, said
+		return again, strings.TrimSpace(fmt.Sprintf("%s (%+v)\n%s", res.Err, s, said))
 	}
 	return done, said
 }
