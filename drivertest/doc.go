@@ -27,7 +27,8 @@
 //     Command such as the deposit binary), SIGKILLs the process that sent
 //     the chosen writes once they took effect, optionally loses the store
 //     after each kill, runs again until the batch completes, checks every
-//     store row done, calls the test's Check (one record per payload), and
+//     store row done (a pending recheck note is searched for by the
+//     replay), calls the test's Check (one record per payload), and
 //     replays the batch, which must send no request.
 //
 // A test of a target of one's own, in outline (the Notebook test in this

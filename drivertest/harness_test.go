@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +92,42 @@ func TestTwoWorkersOnOneStoreCompleteTheBatchThroughKills(t *testing.T) {
 		},
 	}.Run(t)
 	require.Equal(t, 2, report.Kills)
+}
+
+// A second batch on the first's Store and Addr is a run of the same target
+// on the same store: the payloads the first deposited are replayed, not
+// sent, and only the new ones are.
+func TestABatchAfterAnotherOnOneStoreReplaysTheFirst(t *testing.T) {
+	h, err := repotest.NewHandler(repotest.Config{Seed: 6})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	var payloads [][]byte
+	for i := range 20 {
+		payloads = append(payloads, fmt.Appendf(nil, `{"title":"record %d"}`, i))
+	}
+	harness := func(payloads [][]byte, store, addr string) drivertest.Harness {
+		return drivertest.Harness{
+			Handler:  h,
+			Payloads: payloads,
+			Store:    store,
+			Addr:     addr,
+			Client: func(c drivertest.Child) (client.Config, error) {
+				return client.Config{Target: put.Target{Endpoint: c.Endpoint}}, nil
+			},
+			KillAt: []int64{4},
+		}
+	}
+	store := filepath.Join(t.TempDir(), "deposit.db") // the subtests' temporary directories go with them
+	var first drivertest.Report
+	t.Run("first", func(t *testing.T) { first = harness(payloads[:10], store, "").Run(t) })
+	t.Run("second", func(t *testing.T) {
+		report := harness(payloads, store, strings.TrimPrefix(first.Endpoint, "http://")).Run(t)
+		require.Equal(t, 1, report.Kills)
+		replayed := 0
+		for _, s := range report.Summaries {
+			replayed = max(replayed, s.Replayed)
+		}
+		require.GreaterOrEqual(t, replayed, 10, "the first batch's payloads are replayed from the store")
+		require.Equal(t, int64(20), h.Stats().Records)
+	}) // nothing after the subtests: a child runs this test up to its own Run
 }

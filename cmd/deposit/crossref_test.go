@@ -15,6 +15,7 @@ import (
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/client"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/drivertest"
 	"github.com/depositkit/deposit/repotest"
 	"github.com/depositkit/deposit/target/crossref"
 )
@@ -38,53 +39,39 @@ func crossrefWork(t *testing.T, dir string, i, v int, ts uint64, batch string) s
 	return fmt.Sprintf(`{"doi":%q,"xml_file":%q}`, doi, name)
 }
 
-// runUntilDone runs args until the run exits 0 and returns the rounds.
-func runUntilDone(t *testing.T, run func() *process) int {
-	t.Helper()
-	for round := 1; ; round++ {
-		require.LessOrEqual(t, round, 10, "the batch never finished")
-		p := run()
-		code := p.wait(t)
-		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
-		if code == exitDone {
-			return round
-		}
-	}
-}
-
 // Chaos: uploads dropped after they were queued, 503s, 500s after queuing,
 // slow processing, faulted downloads and queries, and a real deposit
-// process SIGKILLed twice, once in each of two batches (the first
-// versions; then some works changed and every file regenerated with a new
-// clock and batch id). Runs go on until exit 0: every DOI is registered,
-// no upload was sent again under a name already queued, each DOI's record
-// is its latest logical version with one version per logical change, and
-// every store row is done.
+// process SIGKILLed twice at uploads that took effect (drivertest's
+// harness), once in each of two batches on one store (the first versions;
+// then some works changed and every file regenerated with a new clock and
+// batch id). Runs go on until exit 0: every DOI is registered, no upload
+// was sent again under a name already queued, each DOI's record is its
+// latest logical version with one version per logical change, every store
+// row is done, and a replay of each batch sends nothing.
 func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
 	const login, password = "chaos-role", "Chaos-pw-4Vq"
-	srv, err := repotest.NewCrossrefServer(repotest.CrossrefConfig{Login: login, Password: password,
+	cr, err := repotest.NewCrossref(repotest.CrossrefConfig{Login: login, Password: password,
 		Faults: "drop=0.15,503=0.1,500=0.1,reads", Seed: 13,
 		QueueDelay: 30 * time.Millisecond, ProcessDelay: 30 * time.Millisecond, UnknownFor: 10 * time.Millisecond})
 	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { cr.Close() })
 	dir := t.TempDir()
-	db := filepath.Join(dir, "deposit.db")
+	db := filepath.Join(dir, "deposit.db") // both batches'
 	input := filepath.Join(dir, "works.jsonl")
-	args := []string{"run", "--protocol", "crossref", "--endpoint", srv.URL + "/servlet/deposit", "--settle", "50ms",
-		"--max-elapsed", "5s", "--concurrency", "4", "--db", db, "--json", input}
-	run := func() *process {
-		p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CROSSREF_LOGIN=" + login, "CROSSREF_PASSWORD=" + password}
-		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-		require.NoError(t, p.cmd.Start())
-		return p
-	}
-	killAt := func(uploads int64) {
-		p := run()
-		waitUntil(func() bool { return srv.Stats().Uploads >= uploads })
-		require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-		p.wait(t)
-		t.Logf("killed at %d uploads: %d rows pending", srv.Stats().Uploads, pendingRows(t, db))
+	batch := func(killAt int64, addr string) drivertest.Harness {
+		return drivertest.Harness{
+			Handler: cr,
+			Command: func(c drivertest.Child) *exec.Cmd {
+				cmd := exec.Command(binary, "run", "--protocol", "crossref", "--endpoint", c.Endpoint+"/servlet/deposit",
+					"--settle", "50ms", "--max-elapsed", "5s", "--concurrency", "4", "--db", c.Store, "--json", input)
+				cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "CROSSREF_LOGIN=" + login, "CROSSREF_PASSWORD=" + password}
+				return cmd
+			},
+			Store:  db,
+			Addr:   addr,            // the first batch's, so that the store's target is the same
+			KillAt: []int64{killAt}, // uploads are the writes
+			Runs:   11,
+		}
 	}
 
 	const n, changed = 40, 8 // works 0..7 get a second version
@@ -97,9 +84,12 @@ func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
 		return lines
 	}
 	write(func(int) int { return 1 }, 20260101000000000, "first")
-	killAt(10)
-	t.Logf("first batch: %d rounds after the kill", runUntilDone(t, run))
-	before := srv.Stats().Uploads
+	var first drivertest.Report
+	t.Run("first batch", func(t *testing.T) {
+		first = batch(10, "").Run(t)
+		require.Equal(t, 1, first.Kills)
+		t.Logf("first batch: %d runs", first.Runs)
+	})
 
 	latest := func(i int) int {
 		if i < changed {
@@ -108,10 +98,13 @@ func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
 		return 1
 	}
 	lines := write(latest, 20260201000000000, "second")
-	killAt(before + 3)
-	t.Logf("second batch: %d rounds after the kill", runUntilDone(t, run))
+	t.Run("second batch", func(t *testing.T) {
+		report := batch(3, strings.TrimPrefix(first.Endpoint, "http://")).Run(t)
+		require.Equal(t, 1, report.Kills)
+		t.Logf("second batch: %d runs", report.Runs)
+	})
 
-	st := srv.Stats()
+	st := cr.Stats()
 	t.Logf("uploads %d, downloads %d, queries %d, faults %v", st.Uploads, st.Downloads, st.Queries, st.FaultsByKind)
 	require.Zero(t, st.Resent, "no upload sent again under a file name already queued")
 	require.Equal(t, int64(n), st.Registered)
@@ -119,7 +112,7 @@ func TestKilledCrossrefRunsRegisterEachVersionOnce(t *testing.T) {
 	require.NoError(t, err)
 	drv, err := crossref.Target{Dir: dir}.Driver()
 	require.NoError(t, err)
-	recs := srv.Records()
+	recs := cr.Records()
 	require.Len(t, recs, n)
 	for i, rec := range recs {
 		k, err := client.KeyPayload(keyer, drv, []byte(lines[i]))

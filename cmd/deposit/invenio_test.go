@@ -2,19 +2,18 @@ package main
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/drivertest"
 	"github.com/depositkit/deposit/repotest"
 )
 
@@ -108,15 +107,17 @@ func TestRunDepositsDatasetsOnceToInvenio(t *testing.T) {
 	})
 }
 
-// Runs killed with SIGKILL at random moments, then run again until done:
-// exactly one published record per dataset, each with exactly its file, no
-// orphan draft, and every identifier recalled on replay.
+// Runs killed with SIGKILL at writes that took effect (drivertest's
+// harness), then run again until done: exactly one published record per
+// dataset, each with exactly its file, no orphan draft, every store row
+// done, a replay that sends nothing, and every identifier recalled on
+// replay.
 func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
-	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{
+	iv, err := repotest.NewInvenio(repotest.InvenioConfig{
 		Token: "tok3n", Faults: "drop=0.05,504=0.05", Seed: 9, IndexLag: 5 * time.Millisecond, Latency: time.Millisecond,
 	})
 	require.NoError(t, err)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { iv.Close() })
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	require.NoError(t, os.MkdirAll(data, 0o755))
@@ -130,39 +131,28 @@ func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"metadata":{"title":"Run %d","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}},"files":["%s"]}`, i, name))
 	}
 	input := writeFile(t, dir, "datasets.jsonl", lines...)
-	db := filepath.Join(dir, "deposit.db")
 	results := filepath.Join(dir, "results.jsonl")
-	args := []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--datasets", data, "--settle", "30ms",
-		"--rate", "1000", "--search-rate", "1000", "--concurrency", "8", "--db", db, "--results", results, "--json", input}
-	run := func() *process {
-		p := &process{cmd: exec.Command(binary, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
-		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-		require.NoError(t, p.cmd.Start())
-		return p
+	command := func(endpoint, db string) *exec.Cmd {
+		cmd := exec.Command(binary, "run", "--protocol", "invenio", "--endpoint", endpoint+"/api", "--datasets", data,
+			"--settle", "30ms", "--rate", "1000", "--search-rate", "1000", "--concurrency", "8",
+			"--db", db, "--results", results, "--json", input)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
+		return cmd
 	}
-	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	for kill := range 4 {
-		p := run()
-		time.Sleep(time.Duration(30+rnd.IntN(400)) * time.Millisecond)
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Logf("kill %d: the run had already ended: %v", kill, err)
-		}
-		p.wait(t)
-	}
-	t.Logf("after the kills: %d drafts, %d published", srv.Stats().Drafts, srv.Stats().Published)
-	for round := 1; ; round++ {
-		require.LessOrEqual(t, round, 10, "the batch never finished")
-		p := run()
-		began := time.Now()
-		code := p.wait(t)
-		t.Logf("round %d: %v", round, time.Since(began))
-		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
-		if code == exitDone {
-			break
-		}
-	}
-	recs := srv.Records()
+	var endpoint string // the harness's, for the replay after it (one worker: one goroutine)
+	report := drivertest.Harness{
+		Handler: iv,
+		Command: func(c drivertest.Child) *exec.Cmd {
+			endpoint = c.Endpoint
+			return command(c.Endpoint, c.Store)
+		},
+		KillAt: drivertest.RandomKills(2, 4, 600), // of about 5 writes a dataset
+		Runs:   14,
+	}.Run(t)
+	require.Equal(t, 4, report.Kills)
+	t.Logf("%d runs, %d killed", report.Runs, report.Kills)
+
+	recs := iv.Records()
 	require.Len(t, recs, n, "one record per dataset, no orphan draft")
 	doiOf := map[string]string{}
 	for _, rec := range recs {
@@ -175,12 +165,14 @@ func TestKilledInvenioRunsFinishExactlyOnce(t *testing.T) {
 	}
 	require.Empty(t, sums, "every file on a record")
 
-	p := run()
-	require.Equal(t, exitDone, p.wait(t), p.stderr.String())
-	require.Equal(t, n, summaryOf(t, p.stdout.String()).Replayed)
-	body, err := os.ReadFile(results)
+	r, err := command(endpoint, report.Store).Output()
 	require.NoError(t, err)
-	for _, row := range jsonLines(t, string(body)) {
+	require.Equal(t, n, summaryOf(t, string(r)).Replayed)
+	body, err := os.ReadFile(results) // the replay's
+	require.NoError(t, err)
+	rows := jsonLines(t, string(body))
+	require.Len(t, rows, n)
+	for _, row := range rows {
 		require.Equal(t, doiOf[row["identifier"].(string)], row["record"], "line %v", row["line"])
 	}
 }

@@ -2,36 +2,40 @@ package main
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/drivertest"
 	"github.com/depositkit/deposit/repotest"
 )
 
-// New versions and community submissions, run by deposit processes killed
-// with SIGKILL once the server has seen so many of them, and by two
-// processes at once on one store, then run again until done: each line has
-// one new version of its record (two lines per record, serialised),
-// carrying its own marker alone, with the first version's files; each
-// submission line one review request, submitted once. A replay and a run
-// on a lost store make no version and submit nothing.
+// New versions and community submissions, run by two deposit processes
+// at once on one store, killed with SIGKILL at writes that took effect
+// (drivertest's harness), and run again until done: each line has one new
+// version of its record (two lines per record, serialised), carrying its
+// own marker alone, with the first version's files; each submission line
+// one review request, submitted once; every store row done. A replay and
+// a run on a lost store make no version and submit nothing.
 func TestKilledInvenioVersionsAndSubmissionsFinishExactlyOnce(t *testing.T) {
-	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{
+	iv, err := repotest.NewInvenio(repotest.InvenioConfig{
 		Token: "tok3n", Faults: "drop=0.05,504=0.05,500=0.03", Seed: 17, IndexLag: 5 * time.Millisecond,
 		Latency: time.Millisecond, Communities: []string{"c-1"},
 	})
 	require.NoError(t, err)
+	t.Cleanup(func() { iv.Close() })
+	srv := httptest.NewServer(iv)
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	const records, submissions = 12, 8
-	firstRecords := publishInvenioFirstVersions(t, srv, dir, records)
+	firstRecords := publishInvenioFirstVersions(t, srv.URL+"/api", dir, records)
 
 	var lines []string
 	for i, id := range firstRecords {
@@ -43,45 +47,38 @@ func TestKilledInvenioVersionsAndSubmissionsFinishExactlyOnce(t *testing.T) {
 		lines = append(lines, fmt.Sprintf(`{"metadata":{"title":"Submitted %d","creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-02","resource_type":{"id":"dataset"}},"deposit":{"community":"c-1"}}`, i))
 	}
 	input := writeFile(t, dir, "versions.jsonl", lines...)
-	db := filepath.Join(dir, "versions.db")
-	results := filepath.Join(dir, "versions-results.jsonl")
-	args := func(db string) []string {
-		return []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--settle", "30ms", "--rate", "1000",
-			"--search-rate", "1000", "--concurrency", "8", "--db", db, "--results", results, "--json", input}
+	results := func(worker int) string { return filepath.Join(dir, fmt.Sprintf("versions-results-%d.jsonl", worker)) }
+	var (
+		endpoint string // the harness's, for the runs after it
+		once     sync.Once
+	)
+	command := func(api, db string, worker int) *exec.Cmd {
+		cmd := exec.Command(binary, "run", "--protocol", "invenio", "--endpoint", api, "--settle", "30ms", "--rate", "1000",
+			"--search-rate", "1000", "--concurrency", "8", "--header", drivertest.WorkerHeader+": "+fmt.Sprint(worker),
+			"--db", db, "--results", results(worker), "--json", input)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
+		return cmd
 	}
-	run := func(db string) *process {
-		p := &process{cmd: exec.Command(binary, args(db)...), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
-		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "DEPOSIT_AUTHORIZATION=tok3n"}
-		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-		require.NoError(t, p.cmd.Start())
-		return p
-	}
-	for _, at := range []int64{2, 7, 13} {
-		killWhen(t, run(db), func() bool { return srv.Stats().Versions+srv.Stats().Submitted >= at })
-	}
-	// Two processes at once on the store; one is killed.
-	other := run(db)
-	killWhen(t, run(db), func() bool { return srv.Stats().Versions+srv.Stats().Submitted >= 18 })
-	other.wait(t)
-	t.Logf("after the kills: %d versions, %d submitted", srv.Stats().Versions, srv.Stats().Submitted)
-	for round := 1; ; round++ {
-		require.LessOrEqual(t, round, 10, "the batch never finished")
-		p := run(db)
-		code := p.wait(t)
-		require.Contains(t, []int{exitDone, exitUnresolved}, code, p.stderr.String())
-		if code == exitDone {
-			break
-		}
-	}
-	requireInvenioVersionsOnce(t, srv, firstRecords, 2)
-	requireInvenioSubmittedOnce(t, srv, submissions)
-	for _, row := range storeRows(t, db) {
+	report := drivertest.Harness{
+		Handler: iv,
+		Command: func(c drivertest.Child) *exec.Cmd {
+			once.Do(func() { endpoint = c.Endpoint + "/api" })
+			return command(c.Endpoint+"/api", c.Store, c.Worker)
+		},
+		Workers: 2, // two processes at once on the store
+		KillAt:  []int64{5, 25, 45, 65},
+	}.Run(t)
+	require.Equal(t, 4, report.Kills)
+	t.Logf("%d runs, %d killed; %d versions, %d submitted", report.Runs, report.Kills, iv.Stats().Versions, iv.Stats().Submitted)
+	requireInvenioVersionsOnce(t, iv, firstRecords, 2)
+	requireInvenioSubmittedOnce(t, iv, submissions)
+	for _, row := range storeRows(t, report.Store) {
 		require.False(t, strings.HasPrefix(row.Target, "invenio-serial "), "the serial rows of killed runs are gone: %+v", row)
 	}
 
 	keys := deposit(t, nil, "key", input)
 	require.Equal(t, exitDone, keys.code, keys.stderr)
-	body, err := os.ReadFile(results)
+	body, err := os.ReadFile(results(0)) // the replay's
 	require.NoError(t, err)
 	keyOf := map[float64]string{}
 	for _, row := range jsonLines(t, string(body)) {
@@ -91,8 +88,14 @@ func TestKilledInvenioVersionsAndSubmissionsFinishExactlyOnce(t *testing.T) {
 		require.True(t, strings.HasSuffix(line, "\t"+keyOf[float64(i+1)]), "deposit key agrees with the run on line %d", i+1)
 	}
 
-	before := srv.Stats()
-	p := run(db)
+	run := func(db string) *process {
+		p := &process{cmd: command(endpoint, db, 0), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+		p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+		require.NoError(t, p.cmd.Start())
+		return p
+	}
+	before := iv.Stats()
+	p := run(report.Store)
 	require.Equal(t, exitDone, p.wait(t), p.stderr.String())
 	require.Equal(t, len(lines), summaryOf(t, p.stdout.String()).Replayed)
 	lost := filepath.Join(dir, "lost.db")
@@ -103,16 +106,16 @@ func TestKilledInvenioVersionsAndSubmissionsFinishExactlyOnce(t *testing.T) {
 			break
 		}
 	}
-	after := srv.Stats()
+	after := iv.Stats()
 	require.Equal(t, before.Versions, after.Versions, "no version made by a replay or a lost store")
 	require.Equal(t, before.Submitted, after.Submitted, "nothing submitted again")
 	require.Equal(t, before.Drafts, after.Drafts)
-	requireInvenioVersionsOnce(t, srv, firstRecords, 2)
+	requireInvenioVersionsOnce(t, iv, firstRecords, 2)
 }
 
-// publishInvenioFirstVersions deposits n records of one file each and
-// returns their record ids.
-func publishInvenioFirstVersions(t *testing.T, srv *repotest.InvenioServer, dir string, n int) []string {
+// publishInvenioFirstVersions deposits n records of one file each to the
+// stub at api and returns their record ids.
+func publishInvenioFirstVersions(t *testing.T, api, dir string, n int) []string {
 	t.Helper()
 	data := filepath.Join(dir, "data")
 	require.NoError(t, os.MkdirAll(data, 0o755))
@@ -124,7 +127,7 @@ func publishInvenioFirstVersions(t *testing.T, srv *repotest.InvenioServer, dir 
 	}
 	input := writeFile(t, dir, "first.jsonl", lines...)
 	results := filepath.Join(dir, "first-results.jsonl")
-	args := []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--datasets", data, "--settle", "30ms",
+	args := []string{"run", "--protocol", "invenio", "--endpoint", api, "--datasets", data, "--settle", "30ms",
 		"--rate", "1000", "--search-rate", "1000", "--db", filepath.Join(dir, "first.db"), "--results", results, "--json", input}
 	env := map[string]string{"DEPOSIT_AUTHORIZATION": "tok3n"}
 	r := deposit(t, env, args...)
@@ -141,35 +144,17 @@ func publishInvenioFirstVersions(t *testing.T, srv *repotest.InvenioServer, dir 
 	return ids
 }
 
-// killWhen kills p with SIGKILL once cond holds, unless p ends first.
-func killWhen(t *testing.T, p *process, cond func() bool) {
-	t.Helper()
-	ended := make(chan struct{})
-	go func() {
-		_ = p.cmd.Wait()
-		close(ended)
-	}()
-	isEnded := func() bool {
-		select {
-		case <-ended:
-			return true
-		default:
-			return false
-		}
-	}
-	waitUntil(func() bool { return isEnded() || cond() })
-	if isEnded() {
-		t.Logf("the run ended before the kill: %s", p.stderr.String())
-		return
-	}
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
-	<-ended
+// invenioView is what the checks read of an InvenioRDM stub.
+type invenioView interface {
+	Records() []repotest.InvenioRecord
+	Requests() []repotest.InvenioRequest
+	Stats() repotest.InvenioStats
 }
 
 // requireInvenioVersionsOnce checks that every first record has exactly
 // perRecord new versions, all published, each carrying one marker of its
 // own, with the first version's files; and that no draft is left.
-func requireInvenioVersionsOnce(t *testing.T, srv *repotest.InvenioServer, first []string, perRecord int) {
+func requireInvenioVersionsOnce(t *testing.T, srv invenioView, first []string, perRecord int) {
 	t.Helper()
 	byParent := map[string][]repotest.InvenioRecord{}
 	parentOf := map[string]string{}
@@ -198,7 +183,7 @@ func requireInvenioVersionsOnce(t *testing.T, srv *repotest.InvenioServer, first
 
 // requireInvenioSubmittedOnce checks one review request per submission
 // line, each submitted once.
-func requireInvenioSubmittedOnce(t *testing.T, srv *repotest.InvenioServer, n int) {
+func requireInvenioSubmittedOnce(t *testing.T, srv invenioView, n int) {
 	t.Helper()
 	reqs := srv.Requests()
 	require.Len(t, reqs, n, "one review request per line")
