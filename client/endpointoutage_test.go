@@ -12,57 +12,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/restart"
 	"github.com/depositkit/deposit/repotest"
 	"github.com/depositkit/deposit/target/put"
 )
 
-// restartable serves a reference repository on one port of 127.0.0.1,
-// closed (the listener and every connection, requests in flight cut off)
-// and opened again on the same port, its records kept: a server
-// restarting.
+// restartable is a reference repository served by a restart.Server: a
+// server that restarts, its records kept.
 type restartable struct {
-	h    *repotest.Handler
-	addr string
-	url  string
-
-	mu  sync.Mutex
-	srv *http.Server
+	*restart.Server
+	h *repotest.Handler
 }
 
 func newRestartable(t *testing.T, cfg repotest.Config) *restartable {
 	t.Helper()
 	h, err := repotest.NewHandler(cfg)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := restart.New(h)
 	require.NoError(t, err)
-	r := &restartable{h: h, addr: ln.Addr().String(), url: "http://" + ln.Addr().String()}
-	r.serve(ln)
-	t.Cleanup(func() { r.close(); h.Close() })
-	return r
-}
-
-func (r *restartable) serve(ln net.Listener) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.srv = &http.Server{Handler: r.h}
-	go func() { _ = r.srv.Serve(ln) }()
-}
-
-// close closes the listener and every connection.
-func (r *restartable) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_ = r.srv.Close()
-}
-
-// open listens on the same port again.
-func (r *restartable) open(t *testing.T) {
-	ln, err := net.Listen("tcp", r.addr)
-	if err != nil {
-		t.Errorf("listening on %s again: %v", r.addr, err)
-		return
-	}
-	r.serve(ln)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	return &restartable{Server: srv, h: h}
 }
 
 // outageEvents records a client's endpoint outage events.
@@ -93,7 +62,7 @@ func closeAfterCreates(srv *restartable, n int) func(RequestEvent) {
 		defer mu.Unlock()
 		if e.Status == http.StatusCreated {
 			if created++; created == n {
-				srv.close()
+				srv.Close()
 			}
 		}
 	}
@@ -110,12 +79,16 @@ func TestAnEndpointThatRestartsMidRunIsWaitedOut(t *testing.T) {
 	store := openStore(t)
 	var events outageEvents
 	var reopen sync.Once
-	c, err := New(Config{Target: put.Target{Endpoint: srv.url}, Store: store, Hooks: Hooks{
+	c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, Hooks: Hooks{
 		OnRequest: closeAfterCreates(srv, 50),
 		OnEndpointOutage: func(e EndpointOutageEvent) {
 			events.add(e)
 			if !e.Done {
-				reopen.Do(func() { srv.open(t) })
+				reopen.Do(func() {
+					if err := srv.Open(); err != nil {
+						t.Error(err)
+					}
+				})
 			}
 		},
 	}})
@@ -170,7 +143,7 @@ func TestAnEndpointOutagePastItsBudgetStopsTheRun(t *testing.T) {
 			// and the hook would see only that one's refusal, though the
 			// first write may have reached the server.
 			oneShot := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-			c, err := New(Config{Target: put.Target{Endpoint: srv.url}, Store: store, EndpointOutage: tt.budget, HTTPClient: oneShot, Hooks: Hooks{
+			c, err := New(Config{Target: put.Target{Endpoint: srv.URL}, Store: store, EndpointOutage: tt.budget, HTTPClient: oneShot, Hooks: Hooks{
 				OnRequest: func(e RequestEvent) {
 					closeAt(e)
 					var dial *net.OpError

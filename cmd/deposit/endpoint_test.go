@@ -2,65 +2,33 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/internal/restart"
 	"github.com/depositkit/deposit/repotest"
 )
 
-// restartable serves a reference repository on one port of 127.0.0.1,
-// closed (the listener and every connection, requests in flight cut off)
-// and opened again on the same port, its records kept: a server
-// restarting.
+// restartable is a reference repository served by a restart.Server: a
+// server that restarts, its records kept.
 type restartable struct {
-	h    *repotest.Handler
-	addr string
-	url  string
-
-	mu  sync.Mutex
-	srv *http.Server
+	*restart.Server
+	h *repotest.Handler
 }
 
 func newRestartable(t *testing.T, cfg repotest.Config) *restartable {
 	t.Helper()
 	h, err := repotest.NewHandler(cfg)
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := restart.New(h)
 	require.NoError(t, err)
-	r := &restartable{h: h, addr: ln.Addr().String(), url: "http://" + ln.Addr().String()}
-	r.serve(ln)
-	t.Cleanup(func() { r.close(); h.Close() })
-	return r
-}
-
-func (r *restartable) serve(ln net.Listener) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.srv = &http.Server{Handler: r.h}
-	go func() { _ = r.srv.Serve(ln) }()
-}
-
-// close closes the listener and every connection.
-func (r *restartable) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_ = r.srv.Close()
-}
-
-// open listens on the same port again.
-func (r *restartable) open(t *testing.T) {
-	t.Helper()
-	ln, err := net.Listen("tcp", r.addr)
-	require.NoError(t, err, "listening on %s again", r.addr)
-	r.serve(ln)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	return &restartable{Server: srv, h: h}
 }
 
 // checkOnce checks that the server holds one record per distinct payload,
@@ -132,18 +100,18 @@ func TestARunWaitsOutAServerRestart(t *testing.T) {
 	distinct := crashInput(t, input, 400)
 	db := filepath.Join(dir, "deposit.db")
 
-	p := start(t, "run", "--endpoint", srv.url, "--db", db, "--json", input)
+	p := start(t, "run", "--endpoint", srv.URL, "--db", db, "--json", input)
 	code := ended(p)
 	until(t, p, code, func() bool { return srv.h.Stats().Records >= 60 })
-	srv.close()
+	srv.Close()
 	until(t, p, code, func() bool { return strings.Contains(p.stderr.String(), "connection refused") })
-	srv.open(t)
+	require.NoError(t, srv.Open())
 	require.Equal(t, exitDone, <-code, p.stderr.String())
-	waiting := fmt.Sprintf("the endpoint %s stopped accepting connections (connection refused); waiting up to 1m0s for it to answer again (--endpoint-outage)\n", srv.url)
+	waiting := fmt.Sprintf("the endpoint %s stopped accepting connections (connection refused); waiting up to 1m0s for it to answer again (--endpoint-outage)\n", srv.URL)
 	stderr := p.stderr.String()
 	t.Logf("stderr:\n%s", stderr)
 	require.Equal(t, 1, strings.Count(stderr, waiting), "one line says the run waits: %s", stderr)
-	require.Equal(t, 1, strings.Count(stderr, "the endpoint "+srv.url+" answers again, after "), stderr)
+	require.Equal(t, 1, strings.Count(stderr, "the endpoint "+srv.URL+" answers again, after "), stderr)
 	require.Empty(t, itemLines(stderr), "no item is reported on its own")
 	s := summaryOf(t, p.stdout.String())
 	require.Equal(t, 0, s.Unresolved)
@@ -161,24 +129,24 @@ func TestARunStopsWhenTheServerStaysDownPastTheOutage(t *testing.T) {
 	input := filepath.Join(dir, "in.jsonl")
 	distinct := crashInput(t, input, 400)
 	db := filepath.Join(dir, "deposit.db")
-	args := []string{"run", "--endpoint", srv.url, "--db", db, "--endpoint-outage", "300ms", "--json", input}
+	args := []string{"run", "--endpoint", srv.URL, "--db", db, "--endpoint-outage", "300ms", "--json", input}
 
 	p := start(t, args...)
 	code := ended(p)
 	until(t, p, code, func() bool { return srv.h.Stats().Records >= 60 })
-	srv.close()
+	srv.Close()
 	require.Equal(t, exitUnresolved, <-code, p.stderr.String())
 	stderr := p.stderr.String()
 	t.Logf("stderr:\n%s", stderr)
 	require.Equal(t, 1, strings.Count(stderr, "stopped accepting connections"), stderr)
 	require.Len(t, itemLines(stderr), 1, "one item line: the stop's")
-	require.Equal(t, fmt.Sprintf("deposit run: stopped: the endpoint %s accepted no connection for 300ms (--endpoint-outage): connection refused; once it answers again, run the same command again (safe)", srv.url),
+	require.Equal(t, fmt.Sprintf("deposit run: stopped: the endpoint %s accepted no connection for 300ms (--endpoint-outage): connection refused; once it answers again, run the same command again (safe)", srv.URL),
 		lastLine(stderr))
 	s := summaryOf(t, p.stdout.String())
 	require.Positive(t, s.Unresolved)
 	require.Less(t, pendingRows(t, db), s.Unresolved, "items whose every request was refused keep no intent")
 
-	srv.open(t)
+	require.NoError(t, srv.Open())
 	r := start(t, args...)
 	require.Equal(t, exitDone, r.wait(t), r.stderr.String())
 	srv.checkOnce(t, db, distinct)
