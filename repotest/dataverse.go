@@ -871,12 +871,8 @@ func (dv *Dataverse) listFiles(w http.ResponseWriter, r *http.Request, id string
 		return
 	}
 	dv.mu.Lock()
-	visible := ds.released || user
-	if draft {
-		visible = ds.draft && user
-	}
 	var out []byte
-	if visible {
+	if ds.shows(draft, user) {
 		entries := make([]any, 0, len(ds.files))
 		for _, f := range ds.files {
 			entries = append(entries, dv.fileEntry(ds, f))
@@ -1120,6 +1116,16 @@ func (dv *Dataverse) versionDoc(ds *dvDataset) map[string]any {
 	return v
 }
 
+// shows reports whether the version asked for is there for the caller:
+// the draft (draft) only for a user with the token (user), the latest
+// once released for anyone, and before that for a user. dv.mu held.
+func (ds *dvDataset) shows(draft, user bool) bool {
+	if draft {
+		return ds.draft && user
+	}
+	return ds.released || user
+}
+
 // readVersion serves GET /api/datasets/{id}/versions/:latest and
 // :draft: the version, with its files unless excludeFiles=true; a
 // version the caller cannot see is a 404, as listFiles answers it.
@@ -1133,12 +1139,8 @@ func (dv *Dataverse) readVersion(w http.ResponseWriter, r *http.Request, id stri
 		return
 	}
 	dv.mu.Lock()
-	visible := ds.released || user
-	if draft {
-		visible = ds.draft && user
-	}
 	var out []byte
-	if visible {
+	if ds.shows(draft, user) {
 		v := dv.versionDoc(ds)
 		if r.URL.Query().Get("excludeFiles") != "true" {
 			files := make([]any, 0, len(ds.files))
