@@ -15,24 +15,7 @@ import (
 // number out of a double's range, invalid UTF-8), which other JSON readers
 // may still read.
 func StringAt(doc []byte, pointers []string) (s string, ok bool, err error) {
-	var p parser
-	if err := p.parse(doc, false); err != nil {
-		return "", false, err
-	}
-	for _, ptr := range pointers {
-		toks, err := jsonpointer.Parse(ptr)
-		if err != nil {
-			continue
-		}
-		v, found := p.resolve(toks)
-		if !found {
-			continue
-		}
-		if n := &p.nodes[v]; n.kind == kindString && n.n > 0 {
-			return string(p.bytesOf(n)), true, nil
-		}
-	}
-	return "", false, nil
+	return valueAt(doc, pointers, false)
 }
 
 // ErrInexactNumber is IDAt's error for a number it holds only as a
@@ -48,6 +31,13 @@ var ErrInexactNumber = errors.New("canonical: a number held only as a double; re
 // [ErrInexactNumber], for the caller to read it as text (1e3, or an
 // identifier of 19 digits, which a double would round).
 func IDAt(doc []byte, pointers []string) (s string, ok bool, err error) {
+	return valueAt(doc, pointers, true)
+}
+
+// valueAt is StringAt, and with numbers IDAt: the text of the first of
+// pointers that names a non-empty string, or with numbers an exact
+// integer.
+func valueAt(doc []byte, pointers []string, numbers bool) (string, bool, error) {
 	var p parser
 	if err := p.parse(doc, false); err != nil {
 		return "", false, err
@@ -64,12 +54,13 @@ func IDAt(doc []byte, pointers []string) (s string, ok bool, err error) {
 		switch n := &p.nodes[v]; {
 		case n.kind == kindString && n.n > 0:
 			return string(p.bytesOf(n)), true, nil
-		case n.kind == kindNumber && n.flags&flagExact != 0:
+		case !numbers || n.kind != kindNumber:
+		case n.flags&flagExact != 0:
 			if lit := string(p.src[n.off : n.off+n.n]); lit != "-0" {
 				return lit, true, nil
 			}
 			return "0", true, nil
-		case n.kind == kindNumber:
+		default:
 			return "", false, ErrInexactNumber
 		}
 	}
