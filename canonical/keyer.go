@@ -40,6 +40,15 @@ type Keyed struct {
 	// same read as its SHA-256: repositories such as InvenioRDM report file
 	// checksums in MD5 only. Nil otherwise.
 	MD5 map[string]string
+	// Object is the object key of a payload named by an identity (the
+	// lowercase hex SHA-256 of the canonical JSON array of its identity
+	// values): the name of its one record, whose versions Key names. ""
+	// without an identity.
+	Object string
+	// Order is the value of the payload's version pointer, as text that
+	// orders the versions of one object (see the client's Config), "" when
+	// there is none.
+	Order string
 }
 
 // Keyer derives keys and request bodies in one canonical form, leaving

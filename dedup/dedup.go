@@ -142,6 +142,10 @@ type Settings struct {
 	// SecretFingerprint identifies the key secret (never the secret itself);
 	// empty when there is none.
 	SecretFingerprint string
+	// Identity lists the JSON Pointers whose values name an object, in
+	// their order (the object key depends on it); empty for payloads
+	// without an identity.
+	Identity []string
 }
 
 // Confirmation is the server's confirmation of a key, recorded by Complete.

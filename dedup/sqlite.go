@@ -531,16 +531,24 @@ func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings)
 	if err != nil {
 		return fmt.Errorf("%w: ignore pointers: %v", ErrInvalidArgument, err)
 	}
+	identity := slices.Clip(set.Identity)
+	if identity == nil {
+		identity = []string{}
+	}
+	identityJSON, err := json.Marshal(identity)
+	if err != nil {
+		return fmt.Errorf("%w: identity pointers: %v", ErrInvalidArgument, err)
+	}
 	var mismatch error
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		mismatch = nil
 		var rec Settings
-		var recIgnore string
-		err := tx.QueryRow("SELECT form, ignore_pointers, secret_fingerprint FROM settings WHERE target = ?", target).
-			Scan(&rec.Form, &recIgnore, &rec.SecretFingerprint)
+		var recIgnore, recIdentity string
+		err := tx.QueryRow("SELECT form, ignore_pointers, secret_fingerprint, identity_pointers FROM settings WHERE target = ?", target).
+			Scan(&rec.Form, &recIgnore, &rec.SecretFingerprint, &recIdentity)
 		if errors.Is(err, sql.ErrNoRows) {
-			_, err = tx.Exec("INSERT INTO settings (target, form, ignore_pointers, secret_fingerprint, created_at) VALUES (?, ?, ?, ?, ?)",
-				target, set.Form, string(ignoreJSON), set.SecretFingerprint, s.stamp())
+			_, err = tx.Exec("INSERT INTO settings (target, form, ignore_pointers, secret_fingerprint, identity_pointers, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+				target, set.Form, string(ignoreJSON), set.SecretFingerprint, string(identityJSON), s.stamp())
 			return err
 		}
 		if err != nil {
@@ -549,8 +557,14 @@ func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings)
 		if err := json.Unmarshal([]byte(recIgnore), &rec.Ignore); err != nil {
 			return fmt.Errorf("dedup: store %s: settings of target %s: %w", s.path, target, err)
 		}
-		if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint {
-			given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint}
+		if err := json.Unmarshal([]byte(recIdentity), &rec.Identity); err != nil {
+			return fmt.Errorf("dedup: store %s: settings of target %s: %w", s.path, target, err)
+		}
+		if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint || !slices.Equal(rec.Identity, identity) {
+			given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint, Identity: set.Identity}
+			if len(rec.Identity) == 0 {
+				rec.Identity = nil
+			}
 			mismatch = &SettingsMismatchError{Target: target, Recorded: rec, Given: given}
 		}
 		return nil
@@ -567,7 +581,11 @@ func describe(s Settings) string {
 	if s.SecretFingerprint != "" {
 		secret = "fingerprint " + s.SecretFingerprint
 	}
-	return fmt.Sprintf("form %q, ignore %q, key secret %s", s.Form, s.Ignore, secret)
+	identity := "none"
+	if len(s.Identity) > 0 {
+		identity = fmt.Sprintf("%q", s.Identity)
+	}
+	return fmt.Sprintf("form %q, ignore %q, key secret %s, identity %s", s.Form, s.Ignore, secret, identity)
 }
 
 // Lookup returns the record of key, or ErrNotFound.

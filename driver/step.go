@@ -203,6 +203,11 @@ type Verdict struct {
 	// Warn is logged once per client when set: something about the server
 	// the user should know (it may ignore If-None-Match).
 	Warn string
+	// Tag is the server's tag of the version of the record the answer
+	// created or replaced (its ETag, a CouchDB revision), "" when it names
+	// none: with an identity, the next update of the object is made on the
+	// condition that the server still holds that version.
+	Tag string
 	// InFlight, for a retryable answer, says the server is still working on
 	// this very request (an Idempotency-Key locked): retry after at least
 	// this long, within the step's time budget rather than its attempts.

@@ -1,0 +1,63 @@
+package driver
+
+import "github.com/depositkit/deposit/canonical"
+
+// Updater is a Driver whose records can be replaced in place on a
+// condition the server checks, so that an object (a payload named by an
+// identity, [canonical.Keyed.Object]) keeps one record and each new
+// content of it is applied once.
+//
+// With an identity, the engine creates an object's record with the steps
+// [Driver.Steps] returns for the object key: the Keyed it passes has Key
+// set to the object key, so the record's name (a URL, a document id) is
+// the object's, and the record carries its own marker. The payload's
+// content key names the version; the engine keeps, per object, the
+// version the server holds and its tag ([Verdict.Tag] of the create or
+// the update that applied it).
+//
+// A later content of the object is an update: the engine records its
+// intent, sends Update(k, tag) and judges the answer with JudgeUpdate:
+//
+//   - [Created]: the server replaced the record; [Verdict.Tag] is the tag
+//     of the new version ("" when the answer names none: the engine reads
+//     the record before the next update).
+//   - [Conflict]: the server's precondition failed (a 412 to If-Match, a
+//     CouchDB 409 for a stale _rev): the record is not at tag. The
+//     engine reads it (ReadObject): holding this very content, the update
+//     had taken effect (an earlier attempt's); holding a version this
+//     object is known to have had, the engine takes its tag and sends the
+//     update again; anything else is another writer's change, reported
+//     failed, never overwritten.
+//   - every other class as a create's: [Ambiguous] is sent again as it
+//     is, which the condition makes safe (an attempt that took effect
+//     answers Conflict, and the read finds this content).
+//
+// An update is arbitrated by its condition, so a target whose server
+// checks none cannot be an Updater.
+type Updater interface {
+	// Update is the request that replaces the record of object k.Object
+	// with k's content, on the condition that the server holds the
+	// version tagged tag; tag is never "" (the engine reads first).
+	Update(k canonical.Keyed, tag string) (Request, error)
+	// JudgeUpdate classifies an answer to Update (see above). It must be
+	// a pure function of the answer, like [Step.Judge].
+	JudgeUpdate(a Answer) Verdict
+	// ReadObject is the request that reads the record of object
+	// k.Object as the server holds it now.
+	ReadObject(k canonical.Keyed) (Request, error)
+	// JudgeRead reads the answer to ReadObject: [Present] with the
+	// record's payload and tag in the ObjectState, [Absent] when there
+	// is no record (a 404), [Foreign] for a record that is not a
+	// deposit's, and [Unknown] with [Finding.Class] for an answer that
+	// settles nothing. A pure function of the answer.
+	JudgeRead(a Answer) (ObjectState, Finding)
+}
+
+// ObjectState is what the server holds of an object's record: its
+// payload, as it was deposited (the engine keys it in the client's
+// canonical form, to learn the version and check that the record is this
+// object's), and the server's tag of that version (an ETag, a revision).
+type ObjectState struct {
+	Body []byte
+	Tag  string
+}
