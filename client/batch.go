@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -123,9 +124,14 @@ func (s Shard) holds(key string) bool {
 	return n%uint64(s.Count) == uint64(s.Index)
 }
 
-// Summary counts what a batch did. Total is the sum of the six outcomes.
+// Summary counts what a batch did. Total is the sum of the outcomes:
+// created, existing, replayed, updated, stale, failed, invalid and
+// unresolved (updated and stale only with an identity).
 type Summary struct {
 	Total, Created, Existing, Replayed, Failed, Invalid, Unresolved int
+	// Updated counts the objects' new versions applied, Stale the lines
+	// of versions older than the one their object holds (nothing sent).
+	Updated, Stale int
 	// NotSent counts the Unresolved items that sent no request in this
 	// batch (Requests 0): read, but stopped, interrupted or waiting for
 	// another process's lease before their first request. What the server
@@ -174,6 +180,10 @@ func (s *Summary) add(r ItemResult) {
 		s.Existing++
 	case OutcomeReplayed:
 		s.Replayed++
+	case OutcomeUpdated:
+		s.Updated++
+	case OutcomeStale:
+		s.Stale++
 	case OutcomeFailed:
 		s.Failed++
 	case OutcomeInvalid:
@@ -300,6 +310,9 @@ type batch struct {
 	// claims too).
 	outs *outcomes
 	pre  *claimsAhead
+	// objects queues the lines of an object behind the one running (nil
+	// without an identity).
+	objects *objectQueue
 
 	jobs      chan job
 	wg        sync.WaitGroup
@@ -343,12 +356,19 @@ func (c *Client) newBatch(opts BatchOptions) (*batch, error) {
 		strict: slots == 1 && waiting == 0}
 	// Otherwise outcomes are recorded in groups, off the workers' path,
 	// where the store can (outcomes.go).
-	if !b.strict {
+	// With an identity, an object's lines run one at a time, in input
+	// order: the look-ahead hands them over in that order, and looks up
+	// and claims nothing (a line's answer depends on the object's
+	// version, not on its key's row).
+	if c.identity.on() {
+		b.objects = &objectQueue{}
+	}
+	if !b.strict && b.objects == nil {
 		b.outs = newOutcomes(c.store)
 	}
 	// And where the store groups claims too, the look-ahead claims the
 	// intents of one-step deposits ahead, in groups (ahead.go).
-	if c.claimsInGroups(b.outs) {
+	if c.claimsInGroups(b.outs) && b.objects == nil {
 		b.pre = newClaimsAhead(c, &b.pipelined)
 	}
 	// An unresolved item is delivered at once; if its key settles later in
@@ -426,6 +446,15 @@ func (b *batch) addWorker() {
 func (b *batch) worker() {
 	defer b.wg.Done()
 	for j := range b.jobs {
+		if obj := j.object(); obj != "" {
+			// This worker runs the object's lines queued meanwhile, in
+			// order, until none is left.
+			for ok := true; ok; j, ok = b.objects.next(obj) {
+				r, _ := b.c.runItem(b.itemCtx, j, b.opts.Shard, b.st.drain, nil, nil)
+				b.settle(r)
+			}
+			continue
+		}
 		r, end := b.c.runItem(b.itemCtx, j, b.opts.Shard, b.st.drain, b.outs, b.pre)
 		b.pre.forget(b.itemCtx, j.ahead)
 		if !b.strict && !b.pipelined.Load() && (end != nil || r.Err == nil && r.Requests > 0) && !b.pipelined.Swap(true) {
@@ -453,12 +482,13 @@ func (b *batch) worker() {
 // batch's only computes keys, in one goroutine.
 func (b *batch) startLookAhead(work context.Context, queue <-chan Item) *sync.WaitGroup {
 	ahead := runtime.GOMAXPROCS(0)
-	if b.strict {
+	if b.strict || b.objects != nil {
 		ahead = 1
 	}
 	awg := &sync.WaitGroup{}
 	for range ahead {
-		a := &lookAhead{c: b.c, ctx: work, shard: b.opts.Shard, drain: b.st.drain, report: b.report, work: b.jobs, off: b.strict, ahead: b.pre}
+		a := &lookAhead{c: b.c, ctx: work, shard: b.opts.Shard, drain: b.st.drain, report: b.report, work: b.jobs,
+			off: b.strict || b.objects != nil, ahead: b.pre, objects: b.objects}
 		awg.Go(func() { a.run(queue) })
 	}
 	return awg
@@ -529,15 +559,22 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 		k   canonical.Keyed
 		err error
 	)
-	if it.Dataset != nil {
+	switch {
+	case it.Dataset != nil && c.identity.on():
+		err = errIdentityDataset
+	case it.Dataset != nil:
 		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
-	} else {
-		k, err = KeyPayload(c.keyer, c.target, it.Payload)
+	default:
+		k, err = c.keyPayload(it.Payload)
 	}
 	if err != nil {
-		return k, &ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: fmt.Errorf("%w: %w", ErrInvalid, err)}
+		if !errors.Is(err, ErrInvalid) {
+			err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return k, &ItemResult{Line: it.Line, Result: Result{Outcome: OutcomeInvalid}, Err: err}
 	}
-	if !shard.holds(k.Key) {
+	// An object's lines are one shard's, whatever their content.
+	if !shard.holds(cmp.Or(k.Object, k.Key)) {
 		return k, &ItemResult{Line: it.Line, Result: Result{Key: k.Key, Outcome: OutcomeSkipped}}
 	}
 	return k, nil
@@ -565,6 +602,10 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 	var dir string
 	if it.Dataset != nil {
 		dir = it.Dataset.Dir
+	}
+	if k.Object != "" {
+		res, err := c.depositObject(ctx, k, drain)
+		return itemResult(it.Line, res, err), nil
 	}
 	res, end, err := c.deposit(ctx, k, dir, drain, outs, ahead{b: b, e: j.ahead})
 	return itemResult(it.Line, res, err), end

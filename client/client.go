@@ -34,6 +34,29 @@ type Config struct {
 	// its key is computed, never from the body sent.
 	Ignore []string
 
+	// Identity lists the JSON Pointers whose values name the object a
+	// payload describes (a dataset's id, a DOI): each a non-empty string or
+	// an integer, in every payload. With an identity, an object keeps one
+	// record: its first payload creates it, a later payload with other
+	// content updates it (OutcomeUpdated) on the condition that the server
+	// still holds the version this store applied, and a content the object
+	// had before is stale (OutcomeStale): nothing is sent. The object key
+	// is the SHA-256 of the canonical JSON array of the values, in the
+	// pointers' order; the content key names the version. The pointers
+	// join the key settings the store records. Only a target whose driver
+	// is a driver.Updater takes an identity; nil means none: every payload
+	// is a record of its own.
+	Identity []string
+	// VersionPointer, with an identity, names the member (an integer or
+	// an RFC 3339 time) that orders an object's versions: a payload whose
+	// version orders before or with the one the object holds is stale even
+	// if never seen. Without it, "newer" means "later in this store",
+	// which two machines with two stores, or a lost store, cannot tell.
+	VersionPointer string
+	// AllowRevert makes a stale payload an update: the object goes back
+	// to a content it had.
+	AllowRevert bool
+
 	// Retry is the retry policy for each step; a zero field takes its value
 	// from DefaultRetry.
 	Retry backoff.Policy
@@ -183,8 +206,9 @@ const NoRateLimit = -1
 // Outcome is what became of one deposit.
 type Outcome string
 
-// Outcomes. Deposit returns the first three with a nil error; a batch
-// reports every item with one of the six.
+// Outcomes. Deposit returns the first three, and with an identity updated
+// and stale, with a nil error; a batch reports every item with one of
+// them or failed, invalid, unresolved.
 const (
 	// OutcomeCreated: the record exists and this deposit may have made
 	// it: the server created it for this request, or said it exists (or a
@@ -200,6 +224,17 @@ const (
 	// OutcomeReplayed: answered without a request of its own, from the
 	// store or from a concurrent deposit of the same key.
 	OutcomeReplayed Outcome = "replayed"
+	// OutcomeUpdated: the payload is a new version of an object
+	// (Config.Identity) whose record exists, and this deposit replaced the
+	// record's content with it (or found that an earlier attempt of it
+	// had).
+	OutcomeUpdated Outcome = "updated"
+	// OutcomeStale: the payload is a version of an object older than the
+	// one its record holds: one the object had and a later version
+	// replaced, or one the version pointer orders before it. Nothing was
+	// sent; Result.Current names the version held. Config.AllowRevert
+	// makes it an update.
+	OutcomeStale Outcome = "stale"
 	// OutcomeFailed: refused for good by the server, now or in an earlier run.
 	OutcomeFailed Outcome = "failed"
 	// OutcomeInvalid: not valid input; nothing was sent.
@@ -266,6 +301,22 @@ type Result struct {
 	// the identifier minted (InvenioRDM: the record id beside its DOI), that
 	// id; "" for other targets.
 	RecordID string
+
+	// Object is the object key of a payload named by an identity
+	// (Config.Identity): the name of its one record, of which Key is a
+	// version. "" without an identity.
+	Object string
+	// Current and CurrentSince, for a stale payload, are the version the
+	// object holds instead (its content key) and since when; zero
+	// otherwise.
+	Current      string
+	CurrentSince time.Time
+
+	// made says that a request of this deposit created its record with
+	// this very payload (a 2xx, not an "exists"), and tag is the server's
+	// tag of it: an object's first version is then known without a read.
+	made bool
+	tag  string
 }
 
 // Client deposits payloads exactly once. It is safe for concurrent use by
@@ -293,6 +344,12 @@ type Client struct {
 	log         *slog.Logger
 	hooks       Hooks
 	retryFailed bool
+	// identity names objects (Config.Identity); updater and objects are
+	// the target's and the store's parts for them, set when it does.
+	identity    identity
+	updater     driver.Updater
+	objects     objectStore
+	allowRevert bool
 
 	flights  flights
 	lookups  lookups
@@ -320,6 +377,10 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	id, err := newIdentity(cfg.Identity, cfg.VersionPointer)
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case cfg.Lease == 0:
 		cfg.Lease = DefaultLease
@@ -340,6 +401,14 @@ func New(cfg Config) (*Client, error) {
 		hooks:       cfg.Hooks,
 		retryFailed: cfg.RetryFailed,
 		lookups:     lookups{store: store},
+		identity:    id,
+		allowRevert: cfg.AllowRevert,
+	}
+	if id.on() {
+		if c.updater, err = updaterOf(drv, cfg.Store); err != nil {
+			return nil, err
+		}
+		c.objects = guardedObjects{s: store}
 	}
 	if c.budget == nil {
 		c.budget, c.ownBudget = backoff.NewBudget(0), true
@@ -414,7 +483,7 @@ func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
 // deposit's and its steps') with other settings.
 func (c *Client) checkSettings(cfg Config, form canonical.Form) error {
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
-		SecretFingerprint: c.target.SecretFingerprint()}
+		SecretFingerprint: c.target.SecretFingerprint(), Identity: cfg.Identity}
 	for _, target := range append([]string{c.target.Name()}, c.target.StepTargets()...) {
 		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
 			if errors.Is(err, dedup.ErrSettingsMismatch) {
@@ -432,11 +501,25 @@ func (c *Client) checkSettings(cfg Config, form canonical.Form) error {
 // after the create have names of their own.
 func (c *Client) StoreTarget() string { return c.target.Name() }
 
-// Key returns the key and request body of a payload without depositing it.
+// Key returns the key and request body of a payload without depositing
+// it; with an identity, its object key and version order too.
 func (c *Client) Key(payload []byte) (canonical.Keyed, error) {
-	k, err := KeyPayload(c.keyer, c.target, payload)
+	k, err := c.keyPayload(payload)
 	if err != nil {
 		return k, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return k, nil
+}
+
+// keyPayload is KeyPayload under this client's keyer and target, with the
+// object the payload names, if the client has an identity.
+func (c *Client) keyPayload(payload []byte) (canonical.Keyed, error) {
+	k, err := KeyPayload(c.keyer, c.target, payload)
+	if err != nil {
+		return k, err
+	}
+	if err := c.identity.name(&k); err != nil {
+		return canonical.Keyed{}, err
 	}
 	return k, nil
 }
@@ -486,6 +569,9 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if k.Object != "" {
+		return c.depositObject(ctx, k, nil)
+	}
 	res, _, err := c.deposit(ctx, k, "", nil, nil, ahead{})
 	return res, err
 }
@@ -499,6 +585,9 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 // with every file inline as an attachment, in the one PUT that creates it;
 // InvenioRDM uploads each to the record's draft.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
+	if c.identity.on() {
+		return Result{}, errIdentityDataset
+	}
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -622,7 +622,13 @@ func (g *stepSend) created(ctx context.Context, a answer, v verdict) (string, er
 			return "", err
 		}
 	}
-	return g.r.confirm(ctx, g.s, OutcomeCreated, cmp.Or(v.ID, g.fallback), a.Status)
+	id, err := g.r.confirm(ctx, g.s, OutcomeCreated, cmp.Or(v.ID, g.fallback), a.Status)
+	if err == nil && g.s.Primary {
+		// This request made the record, with this payload: an object's
+		// version is known without reading it back.
+		g.r.res.made, g.r.res.tag = true, v.Tag
+	}
+	return id, err
 }
 
 // existing settles the step the server says exists, by answer a judged v:

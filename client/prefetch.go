@@ -62,6 +62,9 @@ type lookAhead struct {
 	off bool
 	// ahead claims intents ahead (nil: never).
 	ahead *claimsAhead
+	// objects, with an identity, holds back a line of an object another
+	// line of which is running: it runs next, in the same worker.
+	objects *objectQueue
 
 	group, skip, backoff int
 	items                []Item
@@ -204,6 +207,9 @@ func (a *lookAhead) passAll(jobs []job) {
 // pass hands j to the workers, or reports it unresolved if the batch is
 // stopping.
 func (a *lookAhead) pass(j job) {
+	if obj := j.object(); obj != "" && !a.objects.enter(obj, j) {
+		return
+	}
 	select {
 	case a.work <- j:
 	case <-a.drain:

@@ -203,6 +203,8 @@ func asRelease(t *testing.T, path, secret string) {
 	stmts := []string{
 		`UPDATE records SET target = replace(target, '` + digest + `', '` + secret + `') WHERE target LIKE 'invenio%'`,
 		`UPDATE settings SET target = replace(target, '` + digest + `', '` + secret + `') WHERE target LIKE 'invenio%'`,
+		// Columns later migrations added, as tables are dropped below.
+		`ALTER TABLE settings DROP COLUMN identity_pointers`,
 		`DELETE FROM schema_migrations WHERE version > 3`,
 		`PRAGMA user_version = 3`,
 	}

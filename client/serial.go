@@ -65,8 +65,16 @@ func (r *runDeposit) serialize(ctx context.Context, k canonical.Keyed) (context.
 	if name == "" {
 		return ctx, func() {}, nil
 	}
-	ref := dedup.Ref{Target: sz.SerialTarget(), Key: name}
-	unlock, err := c.serials.lock(ctx, r.drain, ref)
+	return c.holdShared(ctx, r.drain, dedup.Ref{Target: sz.SerialTarget(), Key: name})
+}
+
+// holdShared takes ref, a row that holds no outcome and names what
+// deposits share (a serial name, an object): this process's lock on it,
+// then the store's lease on the row. It returns the context to run in
+// (ended if that lease is lost) and the function that lets go of both; a
+// lease another process holds is errLeasedElsewhere, with nothing held.
+func (c *Client) holdShared(ctx context.Context, drain <-chan struct{}, ref dedup.Ref) (context.Context, func(), error) {
+	unlock, err := c.serials.lock(ctx, drain, ref)
 	if err != nil {
 		return ctx, nil, err
 	}

@@ -143,6 +143,10 @@ type Stats struct {
 	Duplicates int64 `json:"duplicates"` // created records whose key, Idempotency-Key or body matched an earlier record
 	Records    int64 `json:"records"`    // records held now
 	Deletes    int64 `json:"deletes"`    // records removed by a DELETE (put)
+	// Updates counts records replaced by a PUT with If-Match (put);
+	// Mismatches the PUTs with If-Match refused 412.
+	Updates    int64 `json:"updates"`
+	Mismatches int64 `json:"mismatches"`
 	// Throttled counts writes answered 429 for exceeding Config.RateLimit.
 	Throttled int64 `json:"throttled"`
 	// Overlaps counts writes that arrived for a key while another write for
@@ -401,8 +405,12 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if im := r.Header.Get("If-Match"); im != "" && r.Header.Get("If-None-Match") == "" {
+		h.serveUpdate(w, r, key, im, body, ft)
+		return
+	}
 	if inm := r.Header.Get("If-None-Match"); inm != "*" && !h.cfg.IgnoreIfNoneMatch {
-		problem(w, http.StatusPreconditionRequired, "a create needs If-None-Match: *", nil)
+		problem(w, http.StatusPreconditionRequired, "a create needs If-None-Match: *, an update If-Match: ETAG", nil)
 		return
 	}
 	if h.cfg.VerifyKey {
@@ -438,8 +446,50 @@ func (h *Handler) servePut(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	out, _ := json.Marshal(map[string]string{"identifier": rec.Identifier, "key": key})
-	hdr := http.Header{"Content-Type": {"application/json"}, "Location": {recordURL(r, key)}}
+	hdr := http.Header{"Content-Type": {"application/json"}, "Location": {recordURL(r, key)}, "Etag": {etag(body)}}
 	h.inj.finish(w, r, ft, status, hdr, out)
+}
+
+// etag is a record's strong ETag: its body's SHA-256, quoted (RFC 9110
+// section 8.8.3), so that every version has its own.
+func etag(body []byte) string {
+	sum := sha256.Sum256(body)
+	return `"` + hex.EncodeToString(sum[:16]) + `"`
+}
+
+// serveUpdate replaces the record of key with body when its ETag is the
+// one If-Match names (im): 200 with the new ETag; 412 when it is not, or
+// when there is no record (RFC 9110 section 13.1.1). A drop after the
+// commit replaces the record, then hangs up.
+func (h *Handler) serveUpdate(w http.ResponseWriter, r *http.Request, key, im string, body []byte, ft fault) {
+	h.mu.Lock()
+	idx := h.byKey[key]
+	if len(idx) == 0 {
+		h.stats.Mismatches++
+		h.mu.Unlock()
+		problem(w, http.StatusPreconditionFailed, "no record has this key: If-Match names no version", nil)
+		return
+	}
+	i := idx[len(idx)-1]
+	if cur := etag(h.records[i].Body); im != cur && im != "*" {
+		h.stats.Mismatches++
+		h.mu.Unlock()
+		problem(w, http.StatusPreconditionFailed, "the record's ETag is "+cur+", not "+im, http.Header{"Etag": {cur}})
+		return
+	}
+	if h.disk != nil {
+		if err := h.disk.replace(key, body); err != nil {
+			h.mu.Unlock()
+			problem(w, http.StatusInternalServerError, err.Error(), nil)
+			return
+		}
+	}
+	h.records[i].Body = body
+	h.stats.Updates++
+	rec := h.records[i]
+	h.mu.Unlock()
+	out, _ := json.Marshal(map[string]string{"identifier": rec.Identifier, "key": key})
+	h.inj.finish(w, r, ft, http.StatusOK, http.Header{"Content-Type": {"application/json"}, "Etag": {etag(body)}}, out)
 }
 
 // serveGet answers a read-back under put.
@@ -469,7 +519,7 @@ func (h *Handler) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 		Created    time.Time       `json:"created"`
 		Metadata   json.RawMessage `json:"metadata"`
 	}{rec.Identifier, rec.Key, rec.Created, rec.Body})
-	h.inj.finish(w, r, ft, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, out)
+	h.inj.finish(w, r, ft, http.StatusOK, http.Header{"Content-Type": {"application/json"}, "Etag": {etag(rec.Body)}}, out)
 }
 
 // serveDelete removes the record of key under put, every version of it

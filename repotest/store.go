@@ -31,8 +31,8 @@ CREATE TABLE records (
 );`
 
 // diskStore persists records in a SQLite file. The handler keeps every record in
-// memory as well and serializes writes, so the file is written only on create
-// and delete.
+// memory as well and serializes writes, so the file is written only on create,
+// update and delete.
 type diskStore struct {
 	db *sql.DB
 }
@@ -133,6 +133,14 @@ func (d *diskStore) insert(seq int64, r Record) error {
 func (d *diskStore) remove(key string) error {
 	if _, err := d.db.Exec(`UPDATE records SET key = '', path = '', body = X'' WHERE key = ? AND path <> ''`, key); err != nil {
 		return fmt.Errorf("repotest: delete record: %w", err)
+	}
+	return nil
+}
+
+// replace persists an update: the body of the live record of key.
+func (d *diskStore) replace(key string, body []byte) error {
+	if _, err := d.db.Exec(`UPDATE records SET body = ? WHERE key = ? AND path <> ''`, body, key); err != nil {
+		return fmt.Errorf("repotest: update record: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -18,6 +19,10 @@ implementations, or check what --ignore changes. Invalid lines are reported on
 stderr with their line number, in the words of deposit run (a line that is not
 a document, such as 42 or a bare string, among them); the exit status is then 1.
 
+With --identity (as deposit run takes it) each line is LINE<TAB>OBJECT<TAB>KEY:
+the object key, which names the object's one record, and the content key,
+which names this version of it.
+
 A target that keys its lines its own way is named with --protocol: under
 crossref a line is one work, {"doi":D,"xml":X} or {"doi":D,"xml_file":P} with
 P beside FILE, and the key leaves out the content of the XML's first
@@ -30,10 +35,14 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		datasets     string
 		maxLineBytes int64
 		proto        string
+		identity     stringList
+		versionPtr   string
 	)
-	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--datasets DIR] [--max-line-bytes N] [--protocol crossref] FILE|-", keyAbout, "")
+	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--identity POINTER]... [--version-pointer POINTER] [--datasets DIR] [--max-line-bytes N] [--protocol crossref] FILE|-", keyAbout, "")
 	c.fs.StringVar(&formName, "form", "jcs", "canonical form: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	c.fs.Var(&ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key; repeatable")
+	c.fs.Var(&identity, "identity", "JSON `POINTER` whose value names the object a line describes; repeatable: print its object key too")
+	c.fs.StringVar(&versionPtr, "version-pointer", "", "with --identity: JSON `POINTER` of a line's version, checked as deposit run checks it")
 	c.fs.StringVar(&datasets, "datasets", "", "each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`")
 	c.fs.Int64Var(&maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes")
 	c.fs.StringVar(&proto, "protocol", "", "key lines as this target reads them: crossref (one work per line); default: the payload as it is")
@@ -60,6 +69,12 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 			return c.usageError(s, "--datasets %s: not a directory", datasets)
 		}
 	}
+	if err := client.Identify(&canonical.Keyed{}, identity, versionPtr); err != nil && (len(identity) > 0 || versionPtr != "") && errors.Is(err, client.ErrConfig) {
+		return c.usageError(s, "%v", err)
+	}
+	if datasets != "" && len(identity) > 0 {
+		return c.usageError(s, "--identity does not yet apply to --datasets")
+	}
 	drv, err := keyDriver(proto, pos[0])
 	if err != nil {
 		return c.usageError(s, "--protocol: %v", err)
@@ -79,7 +94,7 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		if ctx.Err() != nil {
 			break
 		}
-		key, err := keyOf(keyer, drv, it)
+		key, err := keyOf(keyer, drv, it, identity, versionPtr)
 		if err != nil {
 			invalid++
 			out.Flush()
@@ -127,7 +142,7 @@ func keyDriver(proto, input string) (driver.Driver, error) {
 // keyOf is the key of one input item, as drv reads it when set. A line
 // is keyed as deposit run keys it (client.KeyPayload), so that key refuses
 // the lines run refuses, in the same words.
-func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item) (string, error) {
+func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item, identity []string, versionPtr string) (string, error) {
 	if it.Err != nil {
 		return "", it.Err
 	}
@@ -136,5 +151,11 @@ func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item) (string, error
 		return keyed.Key, err
 	}
 	keyed, err := client.KeyPayload(k, drv, it.Payload)
-	return keyed.Key, err
+	if err != nil || len(identity) == 0 {
+		return keyed.Key, err
+	}
+	if err := client.Identify(&keyed, identity, versionPtr); err != nil {
+		return "", err
+	}
+	return keyed.Object + "\t" + keyed.Key, nil
 }

@@ -73,11 +73,11 @@ func summaryOf(t *testing.T, stdout string) summaryJSON {
 	t.Helper()
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), "stdout: %q", stdout)
-	want := []string{"total", "created", "existing", "replayed", "failed", "invalid", "unresolved", "not_sent", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "rechecks", "elapsed_ms"}
+	want := []string{"total", "created", "existing", "replayed", "updated", "stale", "failed", "invalid", "unresolved", "not_sent", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "rechecks", "elapsed_ms"}
 	require.ElementsMatch(t, want, slices.Collect(mapsKeys(raw)))
 	var s summaryJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))
-	require.Equal(t, s.Total, s.Created+s.Existing+s.Replayed+s.Failed+s.Invalid+s.Unresolved, "total is the sum of the outcomes")
+	require.Equal(t, s.Total, s.Created+s.Existing+s.Replayed+s.Updated+s.Stale+s.Failed+s.Invalid+s.Unresolved, "total is the sum of the outcomes")
 	require.LessOrEqual(t, s.NotSent, s.Unresolved, "the items not sent are unresolved")
 	return s
 }

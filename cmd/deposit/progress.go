@@ -123,6 +123,10 @@ func (p *progress) add(r client.ItemResult) {
 		p.sum.Existing++
 	case client.OutcomeReplayed:
 		p.sum.Replayed++
+	case client.OutcomeUpdated:
+		p.sum.Updated++
+	case client.OutcomeStale:
+		p.sum.Stale++
 	case client.OutcomeFailed:
 		p.sum.Failed++
 	case client.OutcomeInvalid:
@@ -332,9 +336,13 @@ func (p *progress) countsText(show int) string {
 		b.WriteString(plural(s.Total, "item") + ": ")
 	}
 	if show&partDone != 0 {
-		fmt.Fprintf(&b, "%d done", s.Created+s.Existing+s.Replayed)
+		fmt.Fprintf(&b, "%d done", s.Created+s.Existing+s.Replayed+s.Updated+s.Stale)
 		if show&partBreakdown != 0 {
-			fmt.Fprintf(&b, " (%d created, %d existing, %d replayed)", s.Created, s.Existing, s.Replayed)
+			fmt.Fprintf(&b, " (%d created, %d existing, %d replayed", s.Created, s.Existing, s.Replayed)
+			if s.Updated+s.Stale > 0 {
+				fmt.Fprintf(&b, ", %d updated, %d stale", s.Updated, s.Stale)
+			}
+			b.WriteString(")")
 		}
 		b.WriteString(", ")
 	}
@@ -416,7 +424,7 @@ func (p *progress) eta(elapsed time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	f, read := p.fraction(), p.itemsRead.Load()
-	sent := p.sum.Total - p.sum.Replayed - p.sum.Invalid
+	sent := p.sum.Total - p.sum.Replayed - p.sum.Stale - p.sum.Invalid
 	if f <= 0 || read == 0 || sent <= 0 {
 		return 0, false
 	}

@@ -37,6 +37,9 @@ type runOptions struct {
 	concurrency   int
 	form          string
 	ignore        stringList
+	identity      stringList
+	versionPtr    string
+	allowRevert   bool
 	headers       stringList
 	idPointer     string
 	maxAttempts   int
@@ -174,6 +177,9 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
+	fs.Var(&o.identity, "identity", "JSON `POINTER` whose value (a string or an integer) names the object a line describes; repeatable: an object keeps one record, a changed line updates it, an old one is stale (put, webdav, s3, couchdb; see docs/design.md)")
+	fs.StringVar(&o.versionPtr, "version-pointer", "", "with --identity: JSON `POINTER` of a line's version (an integer or an RFC 3339 time); an older or equal version is stale even if never seen")
+	fs.BoolVar(&o.allowRevert, "allow-revert", false, "with --identity: apply a version the object had before instead of reporting it stale")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
@@ -244,6 +250,8 @@ type summaryJSON struct {
 	Created    int   `json:"created"`
 	Existing   int   `json:"existing"`
 	Replayed   int   `json:"replayed"`
+	Updated    int   `json:"updated"`
+	Stale      int   `json:"stale"`
 	Failed     int   `json:"failed"`
 	Invalid    int   `json:"invalid"`
 	Unresolved int   `json:"unresolved"`
@@ -267,6 +275,12 @@ type resultJSON struct {
 	Record     string `json:"record,omitempty"`
 	Status     int    `json:"status,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Object, with --identity, is the line's object key; Current and
+	// CurrentSince, for a stale line, the version the object holds and
+	// since when.
+	Object       string     `json:"object,omitempty"`
+	Current      string     `json:"current,omitempty"`
+	CurrentSince *time.Time `json:"current_since,omitempty"`
 	// FollowUp marks a line's second object: its key settled after the
 	// line was written unresolved, and this object replaces that one.
 	FollowUp bool `json:"follow_up,omitempty"`
@@ -349,19 +363,22 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	defer prog.stop()
 
 	cl, err := client.New(client.Config{
-		Target:      target,
-		Store:       store,
-		Form:        form,
-		Ignore:      o.ignore,
-		Retry:       backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed}, // the rest from client.DefaultRetry
-		Rate:        o.rate.clientRate(),
-		RetryFailed: o.retryFailed,
-		Lease:       o.lease,
-		StoreOutage: o.storeOutage,
-		StaticRate:  !o.adaptiveRate,
-		Header:      header,
-		Logger:      slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:       client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint)},
+		Target:         target,
+		Store:          store,
+		Form:           form,
+		Ignore:         o.ignore,
+		Identity:       o.identity,
+		VersionPointer: o.versionPtr,
+		AllowRevert:    o.allowRevert,
+		Retry:          backoff.Policy{MaxAttempts: o.maxAttempts, MaxElapsed: o.maxElapsed}, // the rest from client.DefaultRetry
+		Rate:           o.rate.clientRate(),
+		RetryFailed:    o.retryFailed,
+		Lease:          o.lease,
+		StoreOutage:    o.storeOutage,
+		StaticRate:     !o.adaptiveRate,
+		Header:         header,
+		Logger:         slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
+		Hooks:          client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint)},
 
 		EndpointOutage: endpointOutage(o.endOutage),
 	})
@@ -439,7 +456,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: int(shown)}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: shown.recovered, staleShown: shown.stale}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: %s; run the same command again to finish (safe)\n", ack.outcome())
@@ -469,7 +486,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	}
 	if o.json {
 		b, _ := json.Marshal(summaryJSON{
-			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed,
+			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed, Updated: sum.Updated, Stale: sum.Stale,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, NotSent: sum.NotSent, Recovered: sum.Recovered,
 			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
@@ -597,8 +614,13 @@ func dropTime(groups []string, a slog.Attr) slog.Attr {
 // they can number in the hundreds, and they need no action.
 const maxRecoveredShown = 5
 
-// recoveredShown counts the recovered items a run has named on stderr.
-type recoveredShown int
+// maxStaleShown is how many stale lines a run names on stderr: an old
+// file re-run is stale throughout, and --results lists every line.
+const maxStaleShown = 5
+
+// recoveredShown counts the recovered items and the stale lines a run has
+// named on stderr.
+type recoveredShown struct{ recovered, stale int }
 
 // logItem logs what a reader of stderr must see about one item: invalid
 // input, failures, unresolved items, and the first few items recovered
@@ -623,8 +645,12 @@ func logItem(p *progress, r client.ItemResult, keyReused bool, shown *recoveredS
 		p.logf("line %d: unresolved: %s last answer: %s: run again (safe)", r.Line, shortKey(r.Key), lastAnswer(r.Err))
 	case r.FollowUp && r.Err == nil:
 		p.logf("line %d: now %s: %s was settled by a later line with the same key", r.Line, r.Outcome, shortKey(r.Key))
-	case r.Recovered && r.Err == nil && *shown < maxRecoveredShown:
-		*shown++
+	case r.Outcome == client.OutcomeStale && shown.stale < maxStaleShown:
+		shown.stale++
+		p.logf("line %d: stale: %s is an older version of object %s, which holds %s since %s; nothing sent (--allow-revert applies it)",
+			r.Line, shortKey(r.Key), shortKey(r.Object), shortKey(r.Current), r.CurrentSince.UTC().Format(time.RFC3339))
+	case r.Recovered && r.Err == nil && shown.recovered < maxRecoveredShown:
+		shown.recovered++
 		p.logf("line %d: recovered: %s was left uncertain by an earlier run or another process; now %s, identifier %s", r.Line, shortKey(r.Key), r.Outcome, r.Identifier)
 	}
 }
@@ -650,6 +676,12 @@ func settingsFlags(s, other dedup.Settings) string {
 	}
 	for _, p := range s.Ignore {
 		text += " --ignore " + p
+	}
+	if len(s.Identity) == 0 && len(other.Identity) > 0 {
+		text += ", no --identity"
+	}
+	for _, p := range s.Identity {
+		text += " --identity " + p
 	}
 	switch {
 	case s.SecretFingerprint != "":
@@ -775,18 +807,25 @@ type tail struct {
 	stopped bool
 	// interrupted: SIGINT or SIGTERM stopped the run.
 	interrupted bool
-	// recoveredShown: the recovered items named on stderr.
-	recoveredShown int
+	// recoveredShown: the recovered items named on stderr; staleShown the
+	// stale lines.
+	recoveredShown, staleShown int
 }
 
 // printSummary writes the final human summary.
 func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
-	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed, %d failed, %d invalid, %d unresolved",
-		plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed, sum.Failed, sum.Invalid, sum.Unresolved)
+	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed", plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed)
+	if len(o.identity) > 0 {
+		fmt.Fprintf(w, ", %d updated, %d stale", sum.Updated, sum.Stale)
+	}
+	fmt.Fprintf(w, ", %d failed, %d invalid, %d unresolved", sum.Failed, sum.Invalid, sum.Unresolved)
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run or another process)", sum.Recovered)
 	}
 	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if hidden := sum.Stale - t.staleShown; hidden > 0 {
+		fmt.Fprintf(w, "  %d more stale %s not named above: older versions than their objects hold, nothing sent (--results FILE lists every line)\n", hidden, pick(hidden, "line", "lines"))
+	}
 	if hidden := sum.Recovered - t.recoveredShown; hidden > 0 {
 		fmt.Fprintf(w, "  %d more recovered %s not named above (nothing to do; --results FILE lists every line)\n", hidden, pick(hidden, "item", "items"))
 	}
@@ -1055,10 +1094,15 @@ func (rw *resultWriter) write(r client.ItemResult) {
 	if rw.err != nil {
 		return
 	}
-	b, err := json.Marshal(resultJSON{
+	line := resultJSON{
 		Line: r.Line, Key: r.Key, Outcome: string(r.Outcome), Identifier: r.Identifier, Record: r.RecordID,
-		Status: r.Status, Error: oneLine(r.Err), FollowUp: r.FollowUp,
-	})
+		Status: r.Status, Error: oneLine(r.Err), FollowUp: r.FollowUp, Object: r.Object, Current: r.Current,
+	}
+	if !r.CurrentSince.IsZero() {
+		since := r.CurrentSince.UTC()
+		line.CurrentSince = &since
+	}
+	b, err := json.Marshal(line)
 	if err == nil {
 		_, err = rw.f.Write(append(b, '\n'))
 	}

@@ -62,7 +62,7 @@ func TestServeAnswersItsCountersLiveAndByKindWhenStopped(t *testing.T) {
 	require.Equal(t, exitDone, r.code, r.stderr)
 
 	live := getStats(t, http.DefaultClient, stats)
-	require.ElementsMatch(t, []string{"requests", "creates", "replays", "conflicts", "faults", "duplicates", "records", "deletes", "overlaps", "throttled", "faults_by_kind"},
+	require.ElementsMatch(t, []string{"requests", "creates", "replays", "conflicts", "faults", "duplicates", "records", "deletes", "updates", "mismatches", "overlaps", "throttled", "faults_by_kind"},
 		slices.Collect(mapsKeys(live)))
 	require.Equal(t, live, getStats(t, http.DefaultClient, stats), "reading the counters changes none of them")
 	require.EqualValues(t, distinct, live["records"])

@@ -75,6 +75,7 @@ func conditionalJudge(pointers []string, userPointer, recordURL string) func(dri
 		}
 		v := driver.Verdict{Class: driver.Classify(a)}
 		if v.Class == driver.Created {
+			v.Tag = a.Header.Get("ETag")
 			v.ID = driver.Identifier(a.Body, a.Header, pointers, a.URL, recordURL)
 			v.Warn = driver.MissedPointer(userPointer, a.Body)
 			if a.Status != http.StatusCreated {
@@ -85,6 +86,27 @@ func conditionalJudge(pointers []string, userPointer, recordURL string) func(dri
 	}
 }
 
+// Update replaces the record of object k.Object on its ETag: PUT
+// {Endpoint}/{object key} with If-Match (driver.Updater). The server
+// answers 2xx with the new version's ETag, or 412 when the record holds
+// another version.
+func (d putDriver) Update(k canonical.Keyed, tag string) (driver.Request, error) {
+	return record.ConditionalUpdate(driver.RecordURL(d.endpoint, k.Object), k.Body, tag), nil
+}
+
+func (d putDriver) JudgeUpdate(a driver.Answer) driver.Verdict { return record.JudgeUpdate(a) }
+
+// ReadObject reads the record of object k.Object: GET {Endpoint}/{object
+// key}, answered with the payload (or the reference server's envelope
+// around it) and its ETag.
+func (d putDriver) ReadObject(k canonical.Keyed) (driver.Request, error) {
+	return record.ReadObject(driver.RecordURL(d.endpoint, k.Object)), nil
+}
+
+func (d putDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
+	return record.JudgeRead(a)
+}
+
 // ProbeRemoval removes a probe record (driver.Prober).
 func (d putDriver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
 	return record.Delete(created)
@@ -93,4 +115,7 @@ func (d putDriver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
 // The driver's optional capabilities, checked when the package compiles:
 // the engine finds one by a type assertion, so a method misnamed would
 // silently turn it off.
-var _ driver.Prober = putDriver{}
+var (
+	_ driver.Prober  = putDriver{}
+	_ driver.Updater = putDriver{}
+)

@@ -1,0 +1,530 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
+)
+
+// This file deposits objects: payloads named by an identity, which keep
+// one record while their content changes. The object's first version
+// creates its record through the steps of the object key (engine.go);
+// every later one is an update, sent on the condition that the server
+// still holds the version the store recorded (driver.Updater). Each
+// object runs under a lease of its own, so that two processes never update
+// it at once, and within a batch its lines run one at a time, in input
+// order (objectQueue).
+
+// objectStore is what objects need of a store, beside Store: per (target,
+// object key) the version held, its tag, the update in flight and the
+// history of versions. *dedup.SQLite and *dedup.Postgres implement it.
+type objectStore interface {
+	LookupObject(ctx context.Context, target, key string) (dedup.Object, error)
+	LookupVersion(ctx context.Context, target, key, version string) (dedup.Version, error)
+	BeginUpdate(ctx context.Context, target, key, version, order string) (dedup.Object, error)
+	ApplyVersion(ctx context.Context, target, key string, a dedup.Applied) (dedup.Object, error)
+	FailVersion(ctx context.Context, target, key, version string, f dedup.Failure) (dedup.Object, error)
+	ResetVersion(ctx context.Context, target, key, version string) error
+	NoteStale(ctx context.Context, target, key string) error
+}
+
+// maxUpdateRounds bounds the updates of one deposit that the server
+// refuses because the record moved to another version this object is
+// known to have had: each round reads the record and sends again.
+const maxUpdateRounds = 4
+
+// objectRun is the state of one deposit of an object.
+type objectRun struct {
+	c      *Client
+	up     driver.Updater
+	store  objectStore
+	k      canonical.Keyed
+	drain  <-chan struct{}
+	target string // the store target of the object's rows
+	res    Result
+}
+
+// depositObject deposits k, a payload that names an object, parking while
+// another process holds the object's lease.
+func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
+	for n := 0; ; n++ {
+		o := &objectRun{c: c, up: c.updater, store: c.objects, k: k, drain: drain, target: c.target.Name(),
+			res: Result{Key: k.Key, Object: k.Object}}
+		err := o.run(ctx)
+		var leased errLeasedElsewhere
+		if !errors.As(err, &leased) {
+			return o.res, err
+		}
+		if perr := c.park(ctx, drain, n, leased.rec.LeaseExpires); perr != nil {
+			return o.res, fmt.Errorf("%w (%w)", perr, err)
+		}
+	}
+}
+
+// run answers from the store what it can without the object's lease (the
+// version held, an old one), then takes the lease and creates or updates.
+func (o *objectRun) run(ctx context.Context) error {
+	obj, found, err := o.lookup(ctx)
+	if err != nil {
+		return err
+	}
+	if found {
+		if done, err := o.answer(ctx, obj, false); done || err != nil {
+			return err
+		}
+	}
+	ctx, release, err := o.c.holdShared(ctx, o.drain, dedup.Ref{Target: objectLeaseTarget(o.target), Key: o.k.Object})
+	if err != nil {
+		return err
+	}
+	defer release()
+	// Under the lease, again: another process may have moved it meanwhile.
+	if obj, found, err = o.lookup(ctx); err != nil {
+		return err
+	}
+	if !found {
+		var done bool
+		if obj, done, err = o.create(ctx); done || err != nil {
+			return err
+		}
+	}
+	if done, err := o.answer(ctx, obj, true); done || err != nil {
+		return err
+	}
+	return o.update(ctx, obj)
+}
+
+// objectLeaseTarget is the store target of the rows that lease objects.
+func objectLeaseTarget(target string) string { return driver.StepTarget(target, "object") }
+
+func (o *objectRun) lookup(ctx context.Context) (dedup.Object, bool, error) {
+	obj, err := o.store.LookupObject(ctx, o.target, o.k.Object)
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		return obj, false, nil
+	case err != nil:
+		return obj, false, o.c.storeError(err)
+	}
+	return obj, true, nil
+}
+
+// answer settles what the store alone can: the version the object holds
+// (replayed), a version it had or that orders before it (stale), a version
+// refused for good. leased says the object's lease is held: a recorded
+// failure is cleared then for a deliberate retry.
+func (o *objectRun) answer(ctx context.Context, obj dedup.Object, leased bool) (bool, error) {
+	o.res.Identifier = obj.Identifier
+	if obj.Version == o.k.Key {
+		o.res.Outcome = OutcomeReplayed
+		return true, nil
+	}
+	v, err := o.store.LookupVersion(ctx, o.target, o.k.Object, o.k.Key)
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+	case err != nil:
+		return true, o.c.storeError(err)
+	case v.State == dedup.StateFailed && !o.c.retryFailed:
+		o.res.Status = v.Status
+		return true, fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): %w",
+			ErrTerminal, &HTTPError{StatusCode: v.Status, Problem: v.Problem})
+	case v.State == dedup.StateFailed && leased:
+		if err := o.store.ResetVersion(ctx, o.target, o.k.Object, o.k.Key); err != nil {
+			return true, o.c.storeError(err)
+		}
+	case v.State == dedup.StateDone && !o.c.allowRevert:
+		return true, o.stale(ctx, obj)
+	}
+	if o.c.allowRevert || obj.Order == "" || o.k.Order == "" {
+		return false, nil
+	}
+	n, ok := compareOrders(o.k.Order, obj.Order)
+	switch {
+	case !ok:
+		return true, fmt.Errorf("%w: the version pointer names %s here, but %s in the version the object holds: they cannot be ordered",
+			ErrInvalid, orderText(o.k.Order), orderText(obj.Order))
+	case n <= 0:
+		return true, o.stale(ctx, obj)
+	}
+	return false, nil
+}
+
+// stale reports the payload stale: the object holds obj.Version instead.
+func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
+	o.res.Outcome, o.res.Current, o.res.CurrentSince = OutcomeStale, obj.Version, obj.AppliedAt
+	if err := o.store.NoteStale(ctx, o.target, o.k.Object); err != nil {
+		return o.c.storeError(err)
+	}
+	return nil
+}
+
+// create deposits the object's first version through the steps of the
+// object key: exactly once, as any deposit. It reports done when this
+// payload is the version the record holds; otherwise it returns the object
+// as the server holds it (an earlier run's version, whose store is gone),
+// for the payload to update.
+func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
+	ck := o.k
+	ck.Key = o.k.Object
+	res, _, err := o.c.deposit(ctx, ck, "", o.drain, nil, ahead{})
+	o.res.Requests += res.Requests
+	o.res.Retries += res.Retries
+	o.res.Recovered = res.Recovered
+	o.res.Identifier, o.res.Status, o.res.RecordID = res.Identifier, res.Status, res.RecordID
+	if err != nil {
+		return dedup.Object{}, true, err
+	}
+	if res.made {
+		obj, err := o.apply(ctx, o.k, res.tag, res.Identifier)
+		o.res.Outcome = res.Outcome
+		return obj, true, err
+	}
+	// The record was there: made by an earlier run, or another process,
+	// perhaps with another version. It says which.
+	state, found, err := o.read(ctx)
+	if err != nil {
+		return dedup.Object{}, true, err
+	}
+	if !found {
+		return dedup.Object{}, true, o.gone(ctx)
+	}
+	held, err := o.heldVersion(state)
+	if err != nil {
+		return dedup.Object{}, true, err
+	}
+	obj, err := o.apply(ctx, held, state.Tag, res.Identifier)
+	if err != nil || held.Key != o.k.Key {
+		return obj, false, err
+	}
+	o.res.Outcome = cmp.Or(res.Outcome, OutcomeExisting)
+	if o.res.Outcome == OutcomeReplayed {
+		// The record's row was done, its version not yet kept: a run
+		// stopped between the two.
+		o.res.Outcome = OutcomeCreated
+	}
+	return obj, true, nil
+}
+
+// update applies the payload to the object's record, on the condition
+// that the server holds the version the store recorded; its intent is
+// recorded first.
+func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
+	c := o.c
+	obj, err := o.store.BeginUpdate(ctx, o.target, o.k.Object, o.k.Key, o.k.Order)
+	if err != nil {
+		return c.storeError(err)
+	}
+	tag := obj.Tag
+	for range maxUpdateRounds {
+		if tag == "" {
+			var done bool
+			if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
+				return err
+			}
+			tag = obj.Tag
+			if tag == "" {
+				return o.fail(ctx, &HTTPError{Problem: "the server names no tag (ETag, revision) for the record's version, so it cannot be updated on a condition; not sent"})
+			}
+		}
+		req, err := o.up.Update(o.k, tag)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		req.Header = c.withUserHeader(req.Header)
+		x := c.newExchange(o.k.Key, o.drain)
+		var v verdict
+		a, cls, err := x.do(ctx, req, true, func(a answer) verdict { v = o.up.JudgeUpdate(a); return v })
+		o.res.Requests += x.requests
+		o.res.Retries += x.retries
+		if err != nil {
+			return err
+		}
+		if v.Warn != "" {
+			c.warnOnce(v.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))
+		}
+		switch cls {
+		case driver.Created:
+			if _, err := o.apply(ctx, o.k, v.Tag, ""); err != nil {
+				return err
+			}
+			o.res.Outcome, o.res.Status = OutcomeUpdated, a.Status
+			return nil
+		case driver.Conflict, driver.Exists:
+			tag = "" // another version is there: read it
+			continue
+		}
+		herr := answerError(req.Method, a, v.Problem)
+		switch cls {
+		case driver.Terminal:
+			return o.fail(ctx, herr)
+		case driver.Stop:
+			return fmt.Errorf("%w: %w", ErrStopRun, herr)
+		case driver.Canceled:
+			return fmt.Errorf("%w: %w", ErrInterrupted, herr)
+		}
+		return x.unresolved(herr)
+	}
+	return fmt.Errorf("%w: the record of object %s moved to another version %d times while it was updated; run again", ErrUnresolved, o.k.Object, maxUpdateRounds)
+}
+
+// reconcile reads the record before an update is sent on its tag: holding
+// this payload, an earlier attempt of the update took effect (done);
+// holding a version this object is known to have had, that version and
+// its tag are the object's now; anything else is another writer's change,
+// which is never overwritten.
+func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Object, bool, error) {
+	state, found, err := o.read(ctx)
+	if err != nil {
+		return obj, true, err
+	}
+	if !found {
+		return obj, true, o.gone(ctx)
+	}
+	held, err := o.heldVersion(state)
+	if err != nil {
+		return obj, true, err
+	}
+	if held.Key == o.k.Key {
+		if _, err := o.apply(ctx, o.k, state.Tag, ""); err != nil {
+			return obj, true, err
+		}
+		o.res.Outcome = OutcomeUpdated
+		return obj, true, nil
+	}
+	known := held.Key == obj.Version || held.Key == obj.Pending
+	if !known {
+		v, err := o.store.LookupVersion(ctx, o.target, o.k.Object, held.Key)
+		switch {
+		case err == nil:
+			known = v.State == dedup.StateDone
+		case !errors.Is(err, dedup.ErrNotFound):
+			return obj, true, o.c.storeError(err)
+		}
+	}
+	if !known {
+		return obj, true, o.fail(ctx, &HTTPError{StatusCode: http.StatusPreconditionFailed,
+			Problem: fmt.Sprintf("the record was changed elsewhere: the server holds a version this store never applied (content key %s), not %s; it is not overwritten", held.Key, cmp.Or(obj.Version, "the one recorded"))})
+	}
+	if obj, err = o.apply(ctx, held, state.Tag, ""); err != nil {
+		return obj, true, err
+	}
+	// The version held may order after this payload (another process
+	// applied a later one): then this payload is stale.
+	if done, err := o.answer(ctx, obj, true); done || err != nil {
+		return obj, true, err
+	}
+	return obj, false, nil
+}
+
+// read reads the object's record as the server holds it now; found false
+// when there is none.
+func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) {
+	c := o.c
+	req, err := o.up.ReadObject(o.k)
+	if err != nil {
+		return driver.ObjectState{}, false, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	req.Header = c.withUserHeader(req.Header)
+	x := c.newExchange(o.k.Key, o.drain)
+	var (
+		state driver.ObjectState
+		f     finding
+	)
+	a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
+		state, f = o.up.JudgeRead(a)
+		if f.Kind == driver.Unknown {
+			return verdict{Class: unusableLook(f.Class), Problem: f.Problem}
+		}
+		return verdict{Class: driver.Created}
+	})
+	o.res.Requests += x.requests
+	o.res.Retries += x.retries
+	if err != nil {
+		return state, false, err
+	}
+	if f.Warn != "" {
+		c.warnOnce(f.Warn, "status", a.Status, "endpoint", driver.RedactURL(a.URL))
+	}
+	if cls != driver.Created {
+		herr := answerError(req.Method, a, f.Problem)
+		switch cls {
+		case driver.Stop:
+			return state, false, fmt.Errorf("%w: %w", ErrStopRun, herr)
+		case driver.Canceled:
+			return state, false, fmt.Errorf("%w: %w", ErrInterrupted, herr)
+		}
+		return state, false, x.unresolved(herr)
+	}
+	switch f.Kind {
+	case driver.Present:
+		return state, true, nil
+	case driver.Foreign:
+		return state, false, o.fail(ctx, &HTTPError{StatusCode: a.Status, Problem: cmp.Or(f.Problem, "the object's record holds what no deposit made")})
+	}
+	return state, false, nil
+}
+
+// heldVersion keys the payload the server holds, as a line is keyed: its
+// version, and the check that the record is this object's.
+func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, error) {
+	k, err := o.c.keyPayload(state.Body)
+	if err == nil && k.Object != o.k.Object {
+		err = errors.New("its identity names another object")
+	}
+	if err != nil {
+		return k, o.fail(context.Background(), &HTTPError{Problem: "the object's record holds what this object's deposits did not make (" + err.Error() + "); it is not overwritten"})
+	}
+	return k, nil
+}
+
+// apply records version v of the object as the one the server holds now.
+func (o *objectRun) apply(ctx context.Context, v canonical.Keyed, tag, identifier string) (dedup.Object, error) {
+	obj, err := o.store.ApplyVersion(context.WithoutCancel(ctx), o.target, o.k.Object,
+		dedup.Applied{Version: v.Key, Tag: tag, Order: v.Order, Identifier: identifier})
+	if err != nil {
+		return obj, o.c.storeError(err)
+	}
+	o.res.Identifier = obj.Identifier
+	return obj, nil
+}
+
+// gone fails a payload whose object's record is no longer on the server.
+func (o *objectRun) gone(ctx context.Context) error {
+	return o.fail(ctx, &HTTPError{StatusCode: http.StatusNotFound,
+		Problem: "the object's record is no longer on the server (deleted since it was made); nothing is created in its place"})
+}
+
+// fail records herr as the answer to this version of the object, refused
+// for good.
+func (o *objectRun) fail(ctx context.Context, herr *HTTPError) error {
+	o.res.Status = herr.StatusCode
+	problem := cmp.Or(herr.Problem, http.StatusText(herr.StatusCode))
+	if _, err := o.store.FailVersion(context.WithoutCancel(ctx), o.target, o.k.Object, o.k.Key,
+		dedup.Failure{Status: herr.StatusCode, Problem: problem}); err != nil {
+		return o.c.storeError(err)
+	}
+	return fmt.Errorf("%w: %w", ErrTerminal, herr)
+}
+
+// errIdentityDataset refuses a dataset deposit with an identity.
+var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) does not yet apply to datasets: their files would need updating too", ErrInvalid)
+
+// updaterOf is the target's and the store's parts for objects, or a
+// configuration error naming what cannot take an identity.
+func updaterOf(drv driver.Driver, store Store) (driver.Updater, error) {
+	up, ok := drv.(driver.Updater)
+	if !ok {
+		return nil, fmt.Errorf("%w: the target %s cannot update a record in place on a condition, so it takes no identity (Config.Identity)", ErrConfig, drv.Name())
+	}
+	if _, ok := store.(objectStore); !ok {
+		return nil, fmt.Errorf("%w: the store %T keeps no objects, so the client takes no identity (Config.Identity)", ErrConfig, store)
+	}
+	return up, nil
+}
+
+// guardedObjects makes the object calls of a guarded store through its
+// guard, as every other store call is made.
+type guardedObjects struct{ s *guarded }
+
+func (g guardedObjects) os() objectStore { return g.s.s.(objectStore) }
+
+func (g guardedObjects) LookupObject(ctx context.Context, target, key string) (dedup.Object, error) {
+	return guardCall(g.s.g, ctx, "look up an object", false, func(ctx context.Context) (dedup.Object, error) {
+		return g.os().LookupObject(ctx, target, key)
+	})
+}
+
+func (g guardedObjects) LookupVersion(ctx context.Context, target, key, version string) (dedup.Version, error) {
+	return guardCall(g.s.g, ctx, "look up a version", false, func(ctx context.Context) (dedup.Version, error) {
+		return g.os().LookupVersion(ctx, target, key, version)
+	})
+}
+
+func (g guardedObjects) BeginUpdate(ctx context.Context, target, key, version, order string) (dedup.Object, error) {
+	return guardCall(g.s.g, ctx, "record an update's intent", true, func(ctx context.Context) (dedup.Object, error) {
+		return g.os().BeginUpdate(ctx, target, key, version, order)
+	})
+}
+
+func (g guardedObjects) ApplyVersion(ctx context.Context, target, key string, a dedup.Applied) (dedup.Object, error) {
+	return guardCall(g.s.g, ctx, "record a version", true, func(ctx context.Context) (dedup.Object, error) {
+		return g.os().ApplyVersion(ctx, target, key, a)
+	})
+}
+
+func (g guardedObjects) FailVersion(ctx context.Context, target, key, version string, f dedup.Failure) (dedup.Object, error) {
+	return guardCall(g.s.g, ctx, "record a failed version", true, func(ctx context.Context) (dedup.Object, error) {
+		return g.os().FailVersion(ctx, target, key, version, f)
+	})
+}
+
+func (g guardedObjects) ResetVersion(ctx context.Context, target, key, version string) error {
+	_, err := guardCall(g.s.g, ctx, "reset a failed version", true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.os().ResetVersion(ctx, target, key, version)
+	})
+	return err
+}
+
+func (g guardedObjects) NoteStale(ctx context.Context, target, key string) error {
+	_, err := guardCall(g.s.g, ctx, "count a stale line", true, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.os().NoteStale(ctx, target, key)
+	})
+	return err
+}
+
+// objectQueue keeps a batch's lines of one object in input order, one at
+// a time: the look-ahead (one goroutine, in input order) enters each line;
+// the first of an object goes to a worker, and the later ones wait here
+// until that worker, done with the one before, takes them. No worker ever
+// blocks on another's object.
+type objectQueue struct {
+	mu      sync.Mutex
+	waiting map[string][]job // by object key: present while a line runs
+}
+
+// enter reports whether j, a line of obj, is to run now; otherwise it
+// waits behind the line of obj that runs.
+func (q *objectQueue) enter(obj string, j job) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting == nil {
+		q.waiting = map[string][]job{}
+	}
+	if held, running := q.waiting[obj]; running {
+		q.waiting[obj] = append(held, j)
+		return false
+	}
+	q.waiting[obj] = nil
+	return true
+}
+
+// next is the line of obj to run after the one that ended, if any;
+// otherwise obj runs no longer.
+func (q *objectQueue) next(obj string) (job, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	held := q.waiting[obj]
+	if len(held) == 0 {
+		delete(q.waiting, obj)
+		return job{}, false
+	}
+	j := held[0]
+	held[0] = job{}
+	q.waiting[obj] = held[1:]
+	return j, true
+}
+
+// object is the object key of j's payload, "" when it names none (or its
+// key is not computed yet).
+func (j job) object() string {
+	if j.k == nil {
+		return ""
+	}
+	return j.k.Object
+}
