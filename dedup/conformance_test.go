@@ -27,6 +27,7 @@ type testStore interface {
 	List(ctx context.Context, target string, state State) iter.Seq2[Record, error]
 	Close() error
 	scanStore
+	objectStore
 }
 
 func TestSQLiteConformance(t *testing.T) {
@@ -43,6 +44,7 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 	same := Confirmation{Outcome: OutcomeExisting, Identifier: created.Identifier, Status: 412}
 
 	t.Run("scan", func(t *testing.T) { runScanTests(t, open) })
+	t.Run("objects", func(t *testing.T) { runObjectTests(t, open) })
 
 	t.Run("begin records intent and keeps the first body", func(t *testing.T) {
 		s := open(t)

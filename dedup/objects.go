@@ -2,6 +2,8 @@ package dedup
 
 import (
 	"fmt"
+	"iter"
+	"strconv"
 	"time"
 )
 
@@ -69,4 +71,39 @@ func checkObject(target, key, version string) error {
 		return fmt.Errorf("%w: object %s: empty version", ErrInvalidArgument, key)
 	}
 	return nil
+}
+
+// objectPage is how many objects ListObjects reads per query.
+const objectPage = 500
+
+// objectPageSize is objectPage for a query's LIMIT.
+var objectPageSize = strconv.Itoa(objectPage)
+
+// listObjects yields the objects that page reads, objectPage at a time,
+// each page after the target and key of the last one, holding no
+// transaction open between pages; closed tells a closed store.
+func listObjects(closed func() bool, page func(afterTarget, afterKey string) ([]Object, error)) iter.Seq2[Object, error] {
+	return func(yield func(Object, error) bool) {
+		afterTarget, afterKey := "", ""
+		for {
+			if closed() {
+				yield(Object{}, ErrClosed)
+				return
+			}
+			objs, err := page(afterTarget, afterKey)
+			if err != nil {
+				yield(Object{}, fmt.Errorf("dedup: list objects: %w", err))
+				return
+			}
+			for _, o := range objs {
+				if !yield(o, nil) {
+					return
+				}
+			}
+			if len(objs) < objectPage {
+				return
+			}
+			afterTarget, afterKey = objs[len(objs)-1].Target, objs[len(objs)-1].Key
+		}
+	}
 }

@@ -506,6 +506,7 @@ type pgQueries struct {
 	settingsInsert, settingsGet, count, countAll, byTarget        string
 	listAll, listAllDone, listTarget, listTargetDone              string
 	listAllUnsettled, listTargetUnsettled                         string
+	objects                                                       pgObjectQueries
 }
 
 // newPGQueries writes the store's statements for the schema quoted (a
@@ -603,8 +604,8 @@ func newPGQueries(quoted string) pgQueries {
 		// dropUnsent removes a row that an unsent release would leave
 		// pending with no attempt.
 		dropUnsent:     x(`DELETE FROM {s}.records WHERE target = $1 AND key = $2 AND lease_owner = $3 AND state = 'pending' AND attempts <= 1`),
-		settingsInsert: x(`INSERT INTO {s}.settings (target, form, ignore_pointers, secret_fingerprint, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (target) DO NOTHING`),
-		settingsGet:    x(`SELECT form, ignore_pointers, secret_fingerprint FROM {s}.settings WHERE target = $1`),
+		settingsInsert: x(`INSERT INTO {s}.settings (target, form, ignore_pointers, secret_fingerprint, identity_pointers, created_at) VALUES ($1, $2, $3, $4, $5, now()) ON CONFLICT (target) DO NOTHING`),
+		settingsGet:    x(`SELECT form, ignore_pointers, secret_fingerprint, identity_pointers FROM {s}.settings WHERE target = $1`),
 		count: x(`SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'failed')
 			FROM {s}.records WHERE target = $1`),
 		countAll: x(`SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'done'), count(*) FILTER (WHERE state = 'failed')
@@ -618,6 +619,7 @@ func newPGQueries(quoted string) pgQueries {
 		// The unsettled lists walk records_unsettled; $3 is the state.
 		listAllUnsettled:    x("SELECT " + pgRecordCols + " FROM {s}.records WHERE (target, state, key) > ($1, $3, $2) AND state = $3 AND state <> 'done' ORDER BY target, state, key LIMIT " + strconv.Itoa(listPage)),
 		listTargetUnsettled: x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND state = $3 AND key > $2 AND state <> 'done' ORDER BY state, key LIMIT " + strconv.Itoa(listPage)),
+		objects:             newPGObjectQueries(x),
 	}
 }
 
@@ -661,9 +663,9 @@ func (d *pgdb) upsert(ctx context.Context, q, target, key string, args ...any) (
 }
 
 // CheckSettings records s for target on first use; later calls with other
-// settings (Ignore compared as a set) return an error wrapping
-// ErrSettingsMismatch that names both: a *SettingsMismatchError, as
-// SQLite's.
+// settings (Ignore compared as a set, Identity in order) return an error
+// wrapping ErrSettingsMismatch that names both: a *SettingsMismatchError,
+// as SQLite's.
 func (p *Postgres) CheckSettings(ctx context.Context, target string, set Settings) error {
 	if target == "" {
 		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
@@ -679,7 +681,15 @@ func (p *Postgres) CheckSettings(ctx context.Context, target string, set Setting
 	if err != nil {
 		return fmt.Errorf("%w: ignore pointers: %v", ErrInvalidArgument, err)
 	}
-	tag, err := p.w(ctx).Exec(ctx, p.q.settingsInsert, target, set.Form, string(ignoreJSON), set.SecretFingerprint)
+	identity := slices.Clip(set.Identity)
+	if identity == nil {
+		identity = []string{}
+	}
+	identityJSON, err := json.Marshal(identity)
+	if err != nil {
+		return fmt.Errorf("%w: identity pointers: %v", ErrInvalidArgument, err)
+	}
+	tag, err := p.w(ctx).Exec(ctx, p.q.settingsInsert, target, set.Form, string(ignoreJSON), set.SecretFingerprint, string(identityJSON))
 	if err != nil {
 		return p.fail("settings of "+target, err)
 	}
@@ -689,15 +699,21 @@ func (p *Postgres) CheckSettings(ctx context.Context, target string, set Setting
 	// Settings are never changed once recorded: this read sees the row
 	// that the insert met.
 	var rec Settings
-	var recIgnore string
-	if err := p.pool.QueryRow(ctx, p.q.settingsGet, target).Scan(&rec.Form, &recIgnore, &rec.SecretFingerprint); err != nil {
+	var recIgnore, recIdentity string
+	if err := p.pool.QueryRow(ctx, p.q.settingsGet, target).Scan(&rec.Form, &recIgnore, &rec.SecretFingerprint, &recIdentity); err != nil {
 		return p.fail("settings of "+target, err)
 	}
 	if err := json.Unmarshal([]byte(recIgnore), &rec.Ignore); err != nil {
 		return fmt.Errorf("dedup: store %s: settings of target %s: %w", p.name, target, err)
 	}
-	if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint {
-		given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint}
+	if err := json.Unmarshal([]byte(recIdentity), &rec.Identity); err != nil {
+		return fmt.Errorf("dedup: store %s: settings of target %s: %w", p.name, target, err)
+	}
+	if rec.Form != set.Form || !slices.Equal(rec.Ignore, ignore) || rec.SecretFingerprint != set.SecretFingerprint || !slices.Equal(rec.Identity, identity) {
+		given := Settings{Form: set.Form, Ignore: ignore, SecretFingerprint: set.SecretFingerprint, Identity: set.Identity}
+		if len(rec.Identity) == 0 {
+			rec.Identity = nil
+		}
 		return &SettingsMismatchError{Target: target, Recorded: rec, Given: given}
 	}
 	return nil

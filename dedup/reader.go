@@ -172,3 +172,41 @@ func (r *Reader) List(ctx context.Context, target string, state State) iter.Seq2
 		return page, err
 	})
 }
+
+// CountObjects counts the objects of target ("" for all targets) and their
+// versions, as SQLite.CountObjects does; a blank file has none.
+func (r *Reader) CountObjects(ctx context.Context, target string) (ObjectCounts, error) {
+	if r.isClosed.Load() {
+		return ObjectCounts{}, ErrClosed
+	}
+	if r.db == nil {
+		return ObjectCounts{}, nil
+	}
+	var c ObjectCounts
+	err := r.db.Read(func(db *sql.DB) error {
+		var err error
+		c, err = countObjects(db.QueryRowContext(ctx, sqlCountObjects, target))
+		return err
+	})
+	if err != nil {
+		return ObjectCounts{}, fmt.Errorf("dedup: %s: %w", r.path, err)
+	}
+	return c, nil
+}
+
+// ListObjects yields the objects of target ("" for all), ordered by
+// target and key, a page at a time, as SQLite.ListObjects does.
+func (r *Reader) ListObjects(ctx context.Context, target string) iter.Seq2[Object, error] {
+	return listObjects(r.isClosed.Load, func(afterTarget, afterKey string) ([]Object, error) {
+		if r.db == nil {
+			return nil, nil
+		}
+		var page []Object
+		err := r.db.Read(func(db *sql.DB) error {
+			var err error
+			page, err = readObjects(ctx, db, target, afterTarget, afterKey)
+			return err
+		})
+		return page, err
+	})
+}

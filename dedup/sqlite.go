@@ -517,8 +517,8 @@ func blob(b []byte) any {
 }
 
 // CheckSettings records s for target on first use; later calls with other
-// settings (Ignore compared as a set) return a *SettingsMismatchError,
-// which wraps ErrSettingsMismatch and names both.
+// settings (Ignore compared as a set, Identity in order) return a
+// *SettingsMismatchError, which wraps ErrSettingsMismatch and names both.
 func (s *SQLite) CheckSettings(ctx context.Context, target string, set Settings) error {
 	if target == "" {
 		return fmt.Errorf("%w: empty target", ErrInvalidArgument)

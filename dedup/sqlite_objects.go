@@ -229,51 +229,32 @@ func countObjects(row *sql.Row) (ObjectCounts, error) {
 // ListObjects yields the objects of target ("" for all), ordered by
 // target and key.
 func (s *SQLite) ListObjects(ctx context.Context, target string) iter.Seq2[Object, error] {
-	return listObjects(ctx, s.rdb, target, s.isClosed.Load)
+	return listObjects(s.isClosed.Load, func(afterTarget, afterKey string) ([]Object, error) {
+		return readObjects(ctx, s.rdb, target, afterTarget, afterKey)
+	})
 }
 
-// listObjects pages through the objects of target in db, 500 at a time,
-// holding no transaction open between pages.
-func listObjects(ctx context.Context, db *sql.DB, target string, closed func() bool) iter.Seq2[Object, error] {
-	return func(yield func(Object, error) bool) {
-		afterTarget, afterKey := "", ""
-		for {
-			if closed() {
-				yield(Object{}, ErrClosed)
-				return
-			}
-			rows, err := db.QueryContext(ctx, "SELECT "+objectCols+` FROM objects
-				WHERE (?1 = '' OR target = ?1) AND (target, key) > (?2, ?3)
-				ORDER BY target, key LIMIT 500`, target, afterTarget, afterKey)
-			if err != nil {
-				yield(Object{}, fmt.Errorf("dedup: list objects: %w", err))
-				return
-			}
-			var page []Object
-			for rows.Next() {
-				o, err := scanObject(rows)
-				if err != nil {
-					rows.Close()
-					yield(Object{}, fmt.Errorf("dedup: list objects: %w", err))
-					return
-				}
-				page = append(page, o)
-			}
-			err = rows.Err()
-			rows.Close()
-			if err != nil {
-				yield(Object{}, fmt.Errorf("dedup: list objects: %w", err))
-				return
-			}
-			for _, o := range page {
-				if !yield(o, nil) {
-					return
-				}
-			}
-			if len(page) < 500 {
-				return
-			}
-			afterTarget, afterKey = page[len(page)-1].Target, page[len(page)-1].Key
-		}
+// sqlListObjects is the keyset-paged query of ListObjects: ?1 the target
+// ("" for all), ?2 and ?3 the target and key of the last row of the
+// previous page.
+var sqlListObjects = "SELECT " + objectCols + ` FROM objects
+	WHERE (?1 = '' OR target = ?1) AND (target, key) > (?2, ?3)
+	ORDER BY target, key LIMIT ` + objectPageSize
+
+// readObjects reads the page of ListObjects after (afterTarget, afterKey).
+func readObjects(ctx context.Context, db *sql.DB, target, afterTarget, afterKey string) ([]Object, error) {
+	rows, err := db.QueryContext(ctx, sqlListObjects, target, afterTarget, afterKey)
+	if err != nil {
+		return nil, err
 	}
+	defer rows.Close()
+	var page []Object
+	for rows.Next() {
+		o, err := scanObject(rows)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, o)
+	}
+	return page, rows.Err()
 }
