@@ -1,7 +1,8 @@
 // Package s3 provides the s3 target: a bucket of an S3-compatible store,
 // written with conditional PutObject requests signed with AWS Signature
 // V4. It stores what it is given and mints nothing: a record's identifier
-// is its object URL, and nothing is read back.
+// is its object URL. With an identity, an object is updated in place on
+// its ETag (If-Match), and read back by its own bytes.
 package s3
 
 import (
@@ -29,6 +30,11 @@ import (
 // the object exists; the identifier is the object URL. A dataset stores each
 // file as the object {key}/{P}, then the dataset document as {key}.json,
 // written last as the dataset's commit marker and its identifier.
+//
+// With an identity, a payload's object is {object key}, created as above
+// and then replaced by each later content with If-Match on its ETag (the
+// driver is a [driver.Updater]); a lost store is read back from the
+// object's own bytes. Identity with datasets is not supported.
 type Target struct {
 	// Endpoint is the bucket URL, path style: https://host/bucket. Required.
 	Endpoint string
@@ -163,7 +169,8 @@ var s3StopCodes = map[string]bool{
 }
 
 // judgeS3 judges an answer to a PutObject. S3 answers a successful
-// PutObject with 200, so a 200 confirms it and hints at nothing.
+// PutObject with 200 and the new object's ETag, which is the tag an update
+// of it is conditioned on.
 func judgeS3(a driver.Answer) driver.Verdict {
 	if a.Err != nil {
 		return driver.Verdict{Class: driver.Classify(a)}
@@ -171,9 +178,18 @@ func judgeS3(a driver.Answer) driver.Verdict {
 	switch s := a.Status; {
 	case s == http.StatusPreconditionFailed:
 		return driver.Verdict{Class: driver.Exists}
+	case s == http.StatusOK || s == http.StatusCreated:
+		return driver.Verdict{Class: driver.Created, Tag: a.Header.Get("ETag")}
 	case s < 300:
 		return driver.Verdict{Class: driver.Classify(a)}
-	case s < 400:
+	}
+	return judgeError(a)
+}
+
+// judgeError judges an S3 answer of 300 or more by its status and error
+// code.
+func judgeError(a driver.Answer) driver.Verdict {
+	if a.Status < 400 {
 		// S3 redirects (PermanentRedirect, TemporaryRedirect) name another
 		// region or endpoint: the bucket URL is wrong.
 		_, problem := s3Problem(a.Body)
@@ -211,6 +227,77 @@ func s3Problem(body []byte) (code, problem string) {
 	return e.Code, driver.OneLine(problem)
 }
 
+// Update replaces the object k.Object with k's body: PutObject of
+// {object} with If-Match on the ETag the server gave the version the
+// engine last saw (AWS: https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html,
+// and If-Match under
+// https://docs.aws.amazon.com/AmazonS3/latest/API/API_PutObject.html).
+// Identity is for plain payloads: a dataset's record is {key}.json beside
+// its files, which an update does not write.
+func (d s3Driver) Update(k canonical.Keyed, tag string) (driver.Request, error) {
+	if k.Object == "" || tag == "" {
+		return driver.Request{}, errors.New("s3: an update needs an object key and a tag")
+	}
+	sum := sha256.Sum256(k.Body)
+	h := http.Header{}
+	h.Set("If-Match", tag)
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Amz-Content-Sha256", hex.EncodeToString(sum[:]))
+	return driver.Request{Method: http.MethodPut, URL: d.objectURL(k.Object), Header: h, Body: k.Body}, nil
+}
+
+// JudgeUpdate judges an answer to Update. AWS documents 412 for an ETag
+// that does not match (the object is at another version: Conflict), 409
+// ConditionalRequestConflict for a concurrent write (asked again), and 404
+// for an object deleted meanwhile, which an update cannot bring back: that
+// is terminal, said so. versitygw answers NoSuchKey to any If-Match on a
+// missing key (versity/versitygw, backend/common.go,
+// EvaluateObjectPutPreconditions).
+func (d s3Driver) JudgeUpdate(a driver.Answer) driver.Verdict {
+	if a.Err == nil {
+		switch a.Status {
+		case http.StatusPreconditionFailed:
+			_, problem := s3Problem(a.Body)
+			return driver.Verdict{Class: driver.Conflict, Problem: problem}
+		case http.StatusNotFound:
+			if code, problem := s3Problem(a.Body); code == "NoSuchKey" {
+				return driver.Verdict{Class: driver.Terminal,
+					Problem: "the object's record is gone from the bucket (" + problem + ")"}
+			}
+		}
+	}
+	return judgeS3(a)
+}
+
+// ReadObject is a GetObject of {object}: its bytes are the payload as
+// deposited, its ETag the version's tag.
+func (d s3Driver) ReadObject(k canonical.Keyed) (driver.Request, error) {
+	if k.Object == "" {
+		return driver.Request{}, errors.New("s3: reading an object needs its object key")
+	}
+	return driver.Request{Method: http.MethodGet, URL: d.objectURL(k.Object), Full: true}, nil
+}
+
+// JudgeRead reads an answer to ReadObject: 200 is the object, its body and
+// ETag; a 404 but for a missing bucket is no object.
+func (d s3Driver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
+	if a.Err != nil {
+		return driver.ObjectState{}, driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+	}
+	switch s := a.Status; {
+	case s == http.StatusOK:
+		return driver.ObjectState{Body: a.Body, Tag: a.Header.Get("ETag")}, driver.Finding{Kind: driver.Present}
+	case s == http.StatusNotFound:
+		if code, _ := s3Problem(a.Body); code != "NoSuchBucket" {
+			return driver.ObjectState{}, driver.Finding{Kind: driver.Absent}
+		}
+	case s < 300:
+		return driver.ObjectState{}, driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+	}
+	v := judgeError(a)
+	return driver.ObjectState{}, driver.Finding{Kind: driver.Unknown, Class: v.Class, Problem: v.Problem}
+}
+
 // ProbeRemoval removes a probe object (driver.Prober).
 func (d s3Driver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
 	return record.Delete(created)
@@ -222,4 +309,5 @@ func (d s3Driver) ProbeRemoval(created driver.Answer) (driver.Request, error) {
 var (
 	_ driver.TransportWrapper = s3Driver{}
 	_ driver.Prober           = s3Driver{}
+	_ driver.Updater          = s3Driver{}
 )
