@@ -246,7 +246,8 @@ func judgeCouchDB(a driver.Answer) driver.Verdict {
 		return driver.Verdict{Class: driver.Created, Tag: answerRev(a)}
 	case http.StatusConflict:
 		// {"error":"conflict"}: a document with this id exists. The id is
-		// the content key, so it is ours.
+		// the content key, so it is ours; with an identity it is the object
+		// key, and the engine reads the document to learn its version.
 		return driver.Verdict{Class: driver.Exists}
 	}
 	return driver.Verdict{Class: driver.Classify(a)}
