@@ -229,7 +229,8 @@ func (b *base64File) close() {
 	b.raw, b.enc, b.out = nil, nil, nil
 }
 
-// judgeCouchDB judges an answer to a document PUT without a revision.
+// judgeCouchDB judges an answer to a document PUT; a 201 or 202 carries
+// the document's new revision as the tag.
 func judgeCouchDB(a driver.Answer) driver.Verdict {
 	if a.Err != nil {
 		if errors.Is(a.Err, errFileChanged) {
@@ -240,12 +241,13 @@ func judgeCouchDB(a driver.Answer) driver.Verdict {
 		return driver.Verdict{Class: driver.Classify(a)}
 	}
 	switch a.Status {
-	case http.StatusAccepted:
-		// Accepted, not yet on every node.
-		return driver.Verdict{Class: driver.Created}
+	case http.StatusCreated, http.StatusAccepted:
+		// 202: accepted, not yet on every node.
+		return driver.Verdict{Class: driver.Created, Tag: answerRev(a)}
 	case http.StatusConflict:
 		// {"error":"conflict"}: a document with this id exists. The id is
-		// the content key, so it is ours.
+		// the content key, so it is ours; with an identity it is the object
+		// key, and the engine reads the document to learn its version.
 		return driver.Verdict{Class: driver.Exists}
 	}
 	return driver.Verdict{Class: driver.Classify(a)}

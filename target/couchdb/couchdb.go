@@ -26,7 +26,9 @@ import (
 // members starting with "_". A dataset is the dataset document with every
 // file inline as an attachment named by its path, in that one PUT; a 409
 // is confirmed by reading the document back and comparing each
-// attachment's length and MD5 with the file's.
+// attachment's length and MD5 with the file's. With an identity, a plain
+// payload's document is replaced on its revision (a driver.Updater,
+// object.go); a dataset's is not.
 type Target struct {
 	// Endpoint is the database URL. Required.
 	Endpoint string
@@ -116,4 +118,5 @@ func (d couchdbDriver) ProbeRemoval(created driver.Answer) (driver.Request, erro
 var (
 	_ driver.FileMD5er = couchdbDriver{}
 	_ driver.Prober    = couchdbDriver{}
+	_ driver.Updater   = couchdbDriver{}
 )
