@@ -84,8 +84,9 @@ func (d webdavDriver) ProbeRemoval(created driver.Answer) (driver.Request, error
 
 // The driver is a [driver.Updater] for plain payloads: the record of an
 // object is {Endpoint}/{object key}, its bytes the payload, and an update
-// is a PUT with If-Match on the resource's ETag. Datasets are not updated
-// (under WebDAV only a dataset's document is stored).
+// is a PUT with If-Match on the resource's ETag. Datasets are out of scope:
+// under WebDAV only a dataset's document is stored, and its update is not
+// covered.
 //
 // Apache mod_dav names no ETag in its answer to a PUT, so the engine reads
 // the resource before each update; and for a second after a write it gives
