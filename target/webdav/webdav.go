@@ -106,7 +106,7 @@ func (d webdavDriver) Update(k canonical.Keyed, tag string) (driver.Request, err
 	h := http.Header{}
 	h.Set("If-Match", tag)
 	h.Set("Content-Type", "application/json")
-	return driver.Request{Method: http.MethodPut, URL: driver.RecordURL(d.endpoint, k.Object), Header: h, Body: k.Body, Full: true}, nil
+	return driver.Request{Method: http.MethodPut, URL: driver.RecordURL(d.endpoint, k.Object), Header: h, Body: k.Body}, nil
 }
 
 // JudgeUpdate classifies an answer to Update: a 412 is another version on
