@@ -222,9 +222,11 @@ func runObjectTests(t *testing.T, open func(t *testing.T) testStore) {
 
 		_, err = s.FailVersion(ctx, target, "o", "v2", Failure{Status: 500, Problem: "refused"})
 		require.NoError(t, err)
-		apply(t, s, "o", Applied{Version: "v2", Tag: "t2"})
+		o2 := apply(t, s, "o", Applied{Version: "v2", Tag: "t2", Order: "2"})
 		v := version(t, s, "o", "v2")
 		require.Equal(t, StateDone, v.State, "a failed version the server confirms is done")
+		require.Equal(t, "2", v.Order, "with the order it was applied with")
+		require.Equal(t, o2.AppliedAt, v.At, "and when it was applied")
 		require.Zero(t, v.Status)
 		require.Empty(t, v.Problem)
 		c, err := s.CountObjects(ctx, target)

@@ -38,7 +38,8 @@ const pgApplyDone = `),
 			done AS (
 				INSERT INTO {s}.object_versions AS v (target, object, version, state, ord, at)
 				SELECT target, key, version, 'done', ord, updated_at FROM applied
-				ON CONFLICT (target, object, version) DO UPDATE SET state = 'done', status = 0, problem = ''
+				ON CONFLICT (target, object, version) DO UPDATE SET state = 'done', status = 0, problem = '',
+					ord = excluded.ord, at = excluded.at
 				WHERE v.state <> 'done')
 			SELECT ` + objectCols + ` FROM applied`
 

@@ -128,7 +128,8 @@ func (s *SQLite) ApplyVersion(ctx context.Context, target, key string, a Applied
 			return fmt.Errorf("%w: object %s has no identifier", ErrInvalidArgument, key)
 		}
 		_, err = tx.Exec(`INSERT INTO object_versions (target, object, version, state, ord, at) VALUES (?1, ?2, ?3, 'done', ?4, ?5)
-			ON CONFLICT (target, object, version) DO UPDATE SET state = 'done', status = 0, problem = ''
+			ON CONFLICT (target, object, version) DO UPDATE SET state = 'done', status = 0, problem = '',
+				ord = excluded.ord, at = excluded.at
 			WHERE object_versions.state <> 'done'`, target, key, a.Version, a.Order, now)
 		return err
 	})

@@ -309,12 +309,17 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 			total.Recheck += s.Recheck
 		}
 	}
+	objects, err := store.CountObjects(ctx, "")
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		obj := struct {
 			countsJSON
 			Steps   stepCounts    `json:"steps"`
+			Objects *objectsJSON  `json:"objects,omitempty"`
 			Targets []*targetJSON `json:"targets"`
-		}{total, steps, targets}
+		}{total, steps, objectsOf(objects), targets}
 		b, err := json.Marshal(obj)
 		if err != nil {
 			return err
@@ -338,6 +343,11 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 			fmt.Fprintf(w, "    step %s: %d done, %d failed, %d pending\n", s.Step, s.Done, s.Failed, s.Pending)
 		}
 	}
+	if objects.Objects > 0 {
+		fmt.Fprintf(w, "  objects (--identity): %d, %s applied (%d first, %d %s), %s, %d %s pending, %d %s failed\n",
+			objects.Objects, plural(objects.Versions, "version"), objects.Versions-objects.Updates, objects.Updates, pick(objects.Updates, "update", "updates"),
+			plural(objects.Stale, "stale line"), objects.Pending, pick(objects.Pending, "update", "updates"), objects.Failed, pick(objects.Failed, "version", "versions"))
+	}
 	if total.Failed > 0 || steps.Failed > 0 {
 		fmt.Fprintf(w, "\nfailures (refused by the server; re-sent only with run --retry-failed):\n")
 		for rec, err := range store.List(ctx, "", dedup.StateFailed) {
@@ -354,6 +364,26 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 		fmt.Fprintf(w, "\n%d to search again: records created after a search for them found nothing; the next run of the batch searches for each once more and reports a duplicate the search index hid\n", total.Recheck)
 	}
 	return nil
+}
+
+// objectsJSON counts the store's objects (--identity): their versions
+// applied, the updates among them, the stale lines, the updates in flight
+// and the versions refused.
+type objectsJSON struct {
+	Objects  int `json:"objects"`
+	Versions int `json:"versions"`
+	Updates  int `json:"updates"`
+	Stale    int `json:"stale"`
+	Pending  int `json:"pending"`
+	Failed   int `json:"failed"`
+}
+
+// objectsOf is c for --json, nil for a store that holds no object.
+func objectsOf(c dedup.ObjectCounts) *objectsJSON {
+	if c.Objects == 0 {
+		return nil
+	}
+	return &objectsJSON{Objects: c.Objects, Versions: c.Versions, Updates: c.Updates, Stale: c.Stale, Pending: c.Pending, Failed: c.Failed}
 }
 
 // toSearchAgain is ", N to search again", or "" for none.

@@ -26,6 +26,7 @@ type runStore interface {
 type statusStore interface {
 	CountByTarget(ctx context.Context) ([]dedup.TargetCounts, error)
 	List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
+	CountObjects(ctx context.Context, target string) (dedup.ObjectCounts, error)
 	Close() error
 }
 
