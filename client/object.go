@@ -216,6 +216,16 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 // recorded first.
 func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 	c := o.c
+	if obj.Pending != "" && obj.Pending != o.k.Key {
+		// An earlier update's outcome is unknown (a run killed while it
+		// was sent): the record says whether it took effect before
+		// another intent replaces it, so that its version stays known.
+		var done bool
+		var err error
+		if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
+			return err
+		}
+	}
 	obj, err := o.store.BeginUpdate(ctx, o.target, o.k.Object, o.k.Key, o.k.Order)
 	if err != nil {
 		return c.storeError(err)

@@ -247,3 +247,39 @@ func TestATargetThatCannotUpdateTakesNoIdentity(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "takes no identity")
 }
+
+// A run killed after its update took effect, and before it recorded it,
+// leaves the update pending; a later run with a newer version reads the
+// record first, so the killed run's version stays known and the newer one
+// is applied on its tag.
+func TestAKilledUpdateIsSettledBeforeTheNextOne(t *testing.T) {
+	h, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	c := objectClient(t, srv.URL, store, Config{})
+	v1, v2, v3 := `{"id":"k","n":1}`, `{"id":"k","n":2}`, `{"id":"k","n":3}`
+	first := deposit(t, c, v1)
+	k2, err := c.Key([]byte(v2))
+	require.NoError(t, err)
+
+	// The killed run: its intent recorded, its PUT applied, nothing more.
+	_, err = store.BeginUpdate(context.Background(), c.StoreTarget(), first.Object, k2.Key, "")
+	require.NoError(t, err)
+	get, err := http.Get(srv.URL + "/" + first.Object)
+	require.NoError(t, err)
+	get.Body.Close()
+	req, err := http.NewRequest(http.MethodPut, srv.URL+"/"+first.Object, bytes.NewReader(k2.Body))
+	require.NoError(t, err)
+	req.Header.Set("If-Match", get.Header.Get("ETag"))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	require.Equal(t, OutcomeUpdated, deposit(t, c, v3).Outcome)
+	require.JSONEq(t, v3, recordBody(t, h))
+	require.Equal(t, int64(2), h.Stats().Updates, "the killed run's and this one's")
+	v, err := store.LookupVersion(context.Background(), c.StoreTarget(), first.Object, k2.Key)
+	require.NoError(t, err)
+	require.Equal(t, dedup.StateDone, v.State, "the killed run's version is known")
+	require.Equal(t, OutcomeStale, deposit(t, c, v2).Outcome)
+}
