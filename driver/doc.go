@@ -204,6 +204,16 @@
 //     within a process by a lock and across processes by a lease.
 //   - [Prober]: client.NewProbe may probe the target, writing a record
 //     twice with its one conditional create and removing it after.
+//   - [Updater]: the target takes an identity (client.Config.Identity):
+//     an object's record is created by the steps of its object key
+//     ([canonical.Keyed.Object] in Keyed.Key's place) and each later
+//     version replaces it on a precondition the server checks (If-Match on
+//     the tag the create's or the last update's [Verdict.Tag] named, a
+//     revision). Its judge says what a failed precondition is
+//     ([Conflict]: the engine reads the record with ReadObject, keys the
+//     payload JudgeRead gives, and settles, retries on the tag read, or
+//     reports another writer's change). A server with no precondition
+//     cannot be an Updater: its updates would overwrite blindly.
 //
 // Each is checked by a type assertion on the Driver value, so a method
 // misnamed silently turns its capability off: assert it where the driver
