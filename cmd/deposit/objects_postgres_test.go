@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -39,4 +41,20 @@ func TestObjectsOnPostgres(t *testing.T) {
 	r := deposit(t, nil, "status", "--db", db)
 	require.Equal(t, exitDone, r.code, r.stderr)
 	require.Contains(t, r.stdout, "objects (--identity): 3, 5 versions applied (3 first, 2 updates), 2 stale lines")
+
+	r = deposit(t, nil, "status", "--db", db, "--objects", "--json")
+	require.Equal(t, exitDone, r.code, r.stderr)
+	var updates, stale int
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, "one line per object")
+	for _, line := range lines {
+		var o objectJSON
+		require.NoError(t, json.Unmarshal([]byte(line), &o))
+		require.NotEmpty(t, o.Version)
+		require.NotEmpty(t, o.AppliedAt)
+		updates += o.Updates
+		stale += o.Stale
+	}
+	require.Equal(t, 2, updates)
+	require.Equal(t, 2, stale)
 }

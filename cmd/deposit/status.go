@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/driver"
@@ -49,6 +50,11 @@ const statusNotes = `Output:
                    order
   --list --json    JSON Lines, one row each: {"target","key","state","outcome",
                    "identifier","status","error","attempts"}; empty values omitted
+  --objects        every object (run --identity), by target and object key:
+                   its identifier, the version it holds and since when, its
+                   updates, stale lines and update in flight; with --json
+                   JSON Lines {"target","object","identifier","version",
+                   "applied_at","updates","stale","pending"}
 Targets are printed without user info or query strings, except in the JSON
 output, which gives them as the store holds them. A credential in a query
 (?access_token=...) is held as a digest, never as given, and identifiers are
@@ -187,12 +193,14 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 		db          string
 		asJSON      bool
 		list        bool
+		objects     bool
 		stateFilter string
 	)
-	c := newCommand("status", "deposit status [--db FILE|URL] [--json] [--list [--state STATE]]", statusAbout, statusNotes)
+	c := newCommand("status", "deposit status [--db FILE|URL] [--json] [--list [--state STATE] | --objects]", statusAbout, statusNotes)
 	c.fs.StringVar(&db, "db", "deposit.db", "dedup store: a SQLite `FILE` or a postgres:// URL")
 	c.fs.BoolVar(&asJSON, "json", false, "machine-readable output (an object; JSON Lines with --list)")
 	c.fs.BoolVar(&list, "list", false, "list every stored row")
+	c.fs.BoolVar(&objects, "objects", false, "list every object (run --identity): the version it holds and since when")
 	c.fs.StringVar(&stateFilter, "state", "", "with --list, only rows in `STATE`: pending, done or failed")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -220,8 +228,13 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 	}
 	defer store.Close()
 
+	if list && objects {
+		return c.usageError(s, "--list and --objects list different things: give one")
+	}
 	out := bufio.NewWriterSize(s.stdout, 64<<10)
-	if list {
+	if objects {
+		err = listObjects(ctx, store, asJSON, out)
+	} else if list {
 		err = listRows(ctx, store, state, asJSON, out)
 	} else {
 		err = summarize(ctx, store, db, asJSON, out)
@@ -234,6 +247,52 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 		return exitStop
 	}
 	return exitDone
+}
+
+// objectJSON is one object of `status --objects --json`.
+type objectJSON struct {
+	Target     string `json:"target"`
+	Object     string `json:"object"`
+	Identifier string `json:"identifier"`
+	Version    string `json:"version"`
+	AppliedAt  string `json:"applied_at,omitempty"`
+	Updates    int    `json:"updates"`
+	Stale      int    `json:"stale"`
+	Pending    string `json:"pending,omitempty"`
+}
+
+// listObjects streams every object the store holds.
+func listObjects(ctx context.Context, store statusStore, asJSON bool, w io.Writer) error {
+	target, first := "", true
+	for o, err := range store.ListObjects(ctx, "") {
+		if err != nil {
+			return err
+		}
+		applied := ""
+		if !o.AppliedAt.IsZero() {
+			applied = o.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		if asJSON {
+			b, err := json.Marshal(objectJSON{Target: credential.Digest(o.Target), Object: o.Key, Identifier: credential.Strip(o.Identifier),
+				Version: o.Version, AppliedAt: applied, Updates: o.Updates, Stale: o.Stale, Pending: o.Pending})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "%s\n", b)
+			continue
+		}
+		if first || o.Target != target {
+			target, first = o.Target, false
+			fmt.Fprintf(w, "target %s\n", redact(target))
+		}
+		fmt.Fprintf(w, "  %s %s version %s since %s, %d %s, %d stale", o.Key, credential.Strip(o.Identifier), o.Version, applied,
+			o.Updates, pick(o.Updates, "update", "updates"), o.Stale)
+		if o.Pending != "" {
+			fmt.Fprintf(w, ", update to %s pending", o.Pending)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }
 
 // listRows streams every row (of state, if set).

@@ -27,6 +27,7 @@ type statusStore interface {
 	CountByTarget(ctx context.Context) ([]dedup.TargetCounts, error)
 	List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
 	CountObjects(ctx context.Context, target string) (dedup.ObjectCounts, error)
+	ListObjects(ctx context.Context, target string) iter.Seq2[dedup.Object, error]
 	Close() error
 }
 
