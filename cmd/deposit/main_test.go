@@ -392,6 +392,21 @@ func TestKeyPrintsTheKeyOfEachLine(t *testing.T) {
 	require.Equal(t, "1\t"+key+"\n", r.stdout)
 }
 
+// With --identity, key prints the object key beside the content key: the
+// object key is the SHA-256 of the canonical array of the identity values,
+// which any language can compute; lines of one object share it.
+func TestKeyPrintsTheObjectKeyWithAnIdentity(t *testing.T) {
+	dir := t.TempDir()
+	input := writeFile(t, dir, "in.jsonl", `{"id":"reef-1","n":1}`, `{"id":"reef-1","n":2}`, `{"n":3}`, `{"id":42,"n":4}`)
+	object := canonical.Key([]byte(`["reef-1"]`))
+	r := deposit(t, nil, "key", "--identity", "/id", input)
+	require.Equal(t, exitFailed, r.code)
+	k1, k2 := canonical.Key([]byte(`{"id":"reef-1","n":1}`)), canonical.Key([]byte(`{"id":"reef-1","n":2}`))
+	require.Equal(t, fmt.Sprintf("1\t%s\t%s\n2\t%s\t%s\n4\t%s\t%s\n", object, k1, object, k2,
+		canonical.Key([]byte(`["42"]`)), canonical.Key([]byte(`{"id":42,"n":4}`))), r.stdout)
+	require.Contains(t, r.stderr, "line 3: invalid: identity /id: names no string or integer in this payload")
+}
+
 func TestRunStopsWithAnActionableError(t *testing.T) {
 	closed := newServer(t, repotest.Config{})
 	unreachable := closed.URL
