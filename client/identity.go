@@ -23,16 +23,16 @@ type identity struct {
 
 // newIdentity checks the pointers of cfg.
 func newIdentity(pointers []string, version string) (identity, error) {
-	for _, p := range append(pointers[:len(pointers):len(pointers)], version) {
-		if p == "" && version == "" {
-			continue
-		}
+	for _, p := range pointers {
 		if p == "" {
 			return identity{}, fmt.Errorf("%w: an identity pointer is empty (the whole payload cannot name an object)", ErrConfig)
 		}
 		if _, err := jsonpointer.Parse(p); err != nil {
-			return identity{}, fmt.Errorf("%w: pointer %q: %v", ErrConfig, p, err)
+			return identity{}, fmt.Errorf("%w: identity pointer %q: %v", ErrConfig, p, err)
 		}
+	}
+	if _, err := jsonpointer.Parse(version); version != "" && err != nil {
+		return identity{}, fmt.Errorf("%w: version pointer %q: %v", ErrConfig, version, err)
 	}
 	if version != "" && len(pointers) == 0 {
 		return identity{}, fmt.Errorf("%w: Config.VersionPointer orders the versions of an object: it needs Config.Identity", ErrConfig)
