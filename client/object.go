@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
@@ -103,6 +105,54 @@ func (o *objectRun) run(ctx context.Context) error {
 
 // objectLeaseTarget is the store target of the rows that lease objects.
 func objectLeaseTarget(target string) string { return driver.StepTarget(target, "object") }
+
+// rowLister is a store that lists its rows (*dedup.SQLite, *dedup.Postgres).
+type rowLister interface {
+	List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
+}
+
+// sweepObjectLeases lets go of the object leases that dead processes
+// left. A process killed after it recorded an object's version and
+// before it let go of the object's lease leaves that row pending, and no
+// later run takes the lease again while the object keeps that version
+// (the store answers it without the lease): deposit status would count
+// the row pending for ever. A lease still held (not expired, its owner
+// not proven dead) is left alone; a batch's own are all let go by its end.
+func (c *Client) sweepObjectLeases(ctx context.Context) {
+	var s Store = c.store
+	if g, ok := s.(*guarded); ok {
+		s = g.s
+	}
+	l, ok := s.(rowLister)
+	if !ok {
+		return
+	}
+	target := objectLeaseTarget(c.target.Name())
+	rows, err := guardCall(c.guard, ctx, "list object leases", false, func(ctx context.Context) ([]dedup.Record, error) {
+		var out []dedup.Record
+		for rec, err := range l.List(ctx, target, dedup.StatePending) {
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rec)
+		}
+		return out, nil
+	})
+	if err != nil {
+		c.log.Warn("the object leases left by dead processes were not listed; a later batch lets go of them", "err", err)
+		return
+	}
+	for _, rec := range rows {
+		if rec.LeaseOwner == c.leases.lease.Owner || time.Now().Before(rec.LeaseExpires) && !c.ownerGone(rec.LeaseOwner) {
+			continue
+		}
+		// Taken over and let go as a deposit would; one taken meanwhile
+		// by another process is that process's.
+		if _, release, err := c.holdShared(ctx, nil, dedup.Ref{Target: target, Key: rec.Key}); err == nil {
+			release()
+		}
+	}
+}
 
 func (o *objectRun) lookup(ctx context.Context) (dedup.Object, bool, error) {
 	obj, err := o.store.LookupObject(ctx, o.target, o.k.Object)

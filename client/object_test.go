@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -282,4 +284,54 @@ func TestAKilledUpdateIsSettledBeforeTheNextOne(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dedup.StateDone, v.State, "the killed run's version is known")
 	require.Equal(t, OutcomeStale, deposit(t, c, v2).Outcome)
+}
+
+// keptLeases is a store whose releases of object leases do nothing, as
+// for a process killed after it recorded an object's version and before
+// it let go of the object's lease.
+type keptLeases struct{ *dedup.SQLite }
+
+func (s keptLeases) Release(ctx context.Context, owner string, ref dedup.Ref, unsent bool) error {
+	if strings.HasPrefix(ref.Target, "put-object ") {
+		return nil
+	}
+	return s.SQLite.Release(ctx, owner, ref, unsent)
+}
+
+// The lease a dead process left on an object whose version it recorded
+// is let go by the next batch, although the store answers the object
+// without its lease; a lease another process holds is left alone.
+func TestABatchLetsGoOfTheObjectLeasesDeadProcessesLeft(t *testing.T) {
+	_, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	killed := objectClient(t, srv.URL, keptLeases{store}, Config{Lease: 10 * time.Millisecond})
+	line := `{"id":"kept","v":1}`
+	require.Equal(t, OutcomeCreated, deposit(t, killed, line).Outcome)
+	leaseTarget := "put-object " + srv.URL
+	rows := pendingRows(t, store, leaseTarget)
+	require.Len(t, rows, 1, "the dead process's lease on the object")
+	time.Sleep(time.Until(rows[0].LeaseExpires) + time.Millisecond) // nobody renews it: it expires
+	live := dedup.Lease{Owner: "live-elsewhere", TTL: time.Hour}
+	_, err := store.Claim(context.Background(), leaseTarget, "held", nil, live)
+	require.NoError(t, err)
+
+	c := objectClient(t, srv.URL, store, Config{})
+	sum, err := c.Run(context.Background(), items([][]byte{[]byte(line)}), BatchOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.Replayed)
+	rows = pendingRows(t, store, leaseTarget)
+	require.Len(t, rows, 1, "only the live lease is left")
+	require.Equal(t, "held", rows[0].Key)
+	require.Equal(t, live.Owner, rows[0].LeaseOwner)
+}
+
+// pendingRows are the pending rows of target.
+func pendingRows(t *testing.T, store *dedup.SQLite, target string) []dedup.Record {
+	t.Helper()
+	var out []dedup.Record
+	for rec, err := range store.List(context.Background(), target, dedup.StatePending) {
+		require.NoError(t, err)
+		out = append(out, rec)
+	}
+	return out
 }
