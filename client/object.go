@@ -216,6 +216,17 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 // recorded first.
 func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 	c := o.c
+	if obj.Pending != "" && obj.Pending != o.k.Key {
+		// Another version's update is in flight: a process that died
+		// after sending it, whose lease this one took. This intent would
+		// replace it, and the server's copy of that version would then be
+		// no version this store knows: settle it first, from the record.
+		var done bool
+		var err error
+		if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
+			return err
+		}
+	}
 	obj, err := o.store.BeginUpdate(ctx, o.target, o.k.Object, o.k.Key, o.k.Order)
 	if err != nil {
 		return c.storeError(err)
