@@ -77,6 +77,9 @@ func (o *objectRun) run(ctx context.Context) error {
 	}
 	if found {
 		if done, err := o.answer(ctx, obj, false); done || err != nil {
+			if err == nil {
+				o.dropLeftLease(ctx)
+			}
 			return err
 		}
 	}
@@ -99,6 +102,22 @@ func (o *objectRun) run(ctx context.Context) error {
 		return err
 	}
 	return o.update(ctx, obj)
+}
+
+// dropLeftLease removes the object's lease row that a dead process left:
+// one killed after the object's outcome was recorded, before it let go.
+// While the store answers the object's lines, none takes that lease again,
+// and deposit status would show it as a pending step. A live owner's lease
+// (or, on PostgreSQL, a dead one's not yet expired) is left alone; the
+// store's trouble, if any, is for the next call to meet.
+func (o *objectRun) dropLeftLease(ctx context.Context) {
+	ref := dedup.Ref{Target: objectLeaseTarget(o.target), Key: o.k.Object}
+	if _, err := o.c.store.Lookup(ctx, ref.Target, ref.Key); err != nil {
+		return
+	}
+	if _, release, err := o.c.holdShared(ctx, o.drain, ref); err == nil {
+		release()
+	}
 }
 
 // objectLeaseTarget is the store target of the rows that lease objects.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +72,38 @@ func TestAnUpdateSettlesTheUpdateADeadProcessLeftInFlight(t *testing.T) {
 			require.Equal(t, dedup.StateDone, v.State, "the dead process's version is in the history")
 		})
 	}
+}
+
+// A process killed after its object's version was recorded, before it let
+// go of the object's lease, leaves the lease's row; the next line of the
+// object, answered from the store, removes it, so that deposit status shows
+// no pending step. A live owner's lease stays, and does not hold the line
+// up. Found by the put chaos test of cmd/deposit
+// (TestKilledObjectRunsApplyEachChangeOnce), whose harness checks every
+// row is done.
+func TestALineAnsweredFromTheStoreRemovesTheLeaseADeadProcessLeft(t *testing.T) {
+	_, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	c := objectClient(t, srv.URL, store, Config{})
+	v1 := `{"id":"a","v":1}`
+	first := deposit(t, c, v1)
+	lease := objectLeaseTarget(c.target.Name())
+	ctx := context.Background()
+
+	// A lease that has expired, as a dead owner's does.
+	_, err := store.Claim(ctx, lease, first.Object, nil, dedup.Lease{Owner: "killed", TTL: time.Microsecond})
+	require.NoError(t, err)
+	res := deposit(t, c, v1)
+	require.Equal(t, OutcomeReplayed, res.Outcome)
+	require.Zero(t, res.Requests)
+	_, err = store.Lookup(ctx, lease, first.Object)
+	require.ErrorIs(t, err, dedup.ErrNotFound, "the dead owner's lease row is gone")
+
+	// A live one.
+	_, err = store.Claim(ctx, lease, first.Object, nil, dedup.Lease{Owner: "alive", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, OutcomeReplayed, deposit(t, c, v1).Outcome)
+	row, err := store.Lookup(ctx, lease, first.Object)
+	require.NoError(t, err)
+	require.Equal(t, "alive", row.LeaseOwner, "a live owner's lease stays")
 }
