@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
@@ -77,6 +78,9 @@ func (o *objectRun) run(ctx context.Context) error {
 	}
 	if found {
 		if done, err := o.answer(ctx, obj, false); done || err != nil {
+			if err == nil {
+				o.clearLeftLease(ctx)
+			}
 			return err
 		}
 	}
@@ -99,6 +103,22 @@ func (o *objectRun) run(ctx context.Context) error {
 		return err
 	}
 	return o.update(ctx, obj)
+}
+
+// clearLeftLease removes the lease row of the object that a process left
+// when it was killed after it recorded a version and before it let the
+// lease go: a line the store answers takes no lease, so nothing else
+// would remove the row, which would stay pending. A lease that is live,
+// by the store's proof or its end, is left to its owner.
+func (o *objectRun) clearLeftLease(ctx context.Context) {
+	ref := dedup.Ref{Target: objectLeaseTarget(o.target), Key: o.k.Object}
+	rec, err := o.c.store.Lookup(ctx, ref.Target, ref.Key)
+	if err != nil || (rec.LeaseExpires.After(time.Now()) && !o.c.ownerGone(rec.LeaseOwner)) {
+		return // none (the common case), a live lease, or a store error: a later line tries again
+	}
+	if _, release, err := o.c.holdShared(ctx, o.drain, ref); err == nil {
+		release() // taken over and let go with nothing sent: the row goes
+	}
 }
 
 // objectLeaseTarget is the store target of the rows that lease objects.

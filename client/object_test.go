@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -246,4 +247,35 @@ func TestATargetThatCannotUpdateTakesNoIdentity(t *testing.T) {
 	_, err = New(Config{Target: targetFor("idempotency-key", "http://127.0.0.1:1"), Store: st, Identity: []string{"/id"}})
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "takes no identity")
+}
+
+// A process killed after it recorded an object's version, and before it
+// let the object's lease go, leaves the lease row pending; the next line
+// of that object the store answers removes it, but leaves a live lease
+// alone.
+func TestALeaseRowAKilledRunLeftIsRemovedByTheNextLine(t *testing.T) {
+	_, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	c := objectClient(t, srv.URL, store, Config{})
+	v1 := `{"id":"obj-1","n":1}`
+	first := deposit(t, c, v1)
+	ref := dedup.Ref{Target: objectLeaseTarget(c.target.Name()), Key: first.Object}
+	ctx := context.Background()
+
+	// A live lease of another process: kept.
+	_, err := store.Claim(ctx, ref.Target, ref.Key, nil, dedup.Lease{Owner: "alive", TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, OutcomeReplayed, deposit(t, c, v1).Outcome)
+	rec, err := store.Lookup(ctx, ref.Target, ref.Key)
+	require.NoError(t, err)
+	require.Equal(t, "alive", rec.LeaseOwner)
+	require.NoError(t, store.Release(ctx, "alive", ref, true))
+
+	// The lease of a process that died holding it, now ended: removed.
+	_, err = store.Claim(ctx, ref.Target, ref.Key, nil, dedup.Lease{Owner: "killed", TTL: time.Millisecond})
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // the lease's end
+	require.Equal(t, OutcomeReplayed, deposit(t, c, v1).Outcome)
+	_, err = store.Lookup(ctx, ref.Target, ref.Key)
+	require.ErrorIs(t, err, dedup.ErrNotFound, "the row the killed run left is gone")
 }
