@@ -248,6 +248,9 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	defer cancelWork()
 	// Store calls waiting out an outage give up once ctx ends.
 	defer c.guard.watch(ctx)()
+	if c.objects != nil {
+		c.sweepObjectLeases(ctx)
+	}
 	halted, halt := context.WithCancel(context.Background())
 	defer halt()
 	// Requests in flight are bounded in the transport, so that waiting for a

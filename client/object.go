@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"sync"
 
@@ -33,6 +34,8 @@ type objectStore interface {
 	FailVersion(ctx context.Context, target, key, version string, f dedup.Failure) (dedup.Object, error)
 	ResetVersion(ctx context.Context, target, key, version string) error
 	NoteStale(ctx context.Context, target, key string) error
+	// List yields the rows of target in state (dedup.SQLite.List).
+	List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
 }
 
 // maxUpdateRounds bounds the updates of one deposit that the server
@@ -103,6 +106,35 @@ func (o *objectRun) run(ctx context.Context) error {
 
 // objectLeaseTarget is the store target of the rows that lease objects.
 func objectLeaseTarget(target string) string { return driver.StepTarget(target, "object") }
+
+// sweepObjectLeases removes the object lease rows that dead processes
+// left: one killed after it recorded an object's version and before it
+// let go of the object's lease leaves the row pending, and the object's
+// later lines, answered from the store, never take the lease to remove
+// it. Each such row whose lease no longer holds (lapsed, or its owner
+// proven dead) is taken and let go, which removes it; a live owner's is
+// left alone. Rows that cannot be listed or taken stay: they hold no
+// outcome, and the next update of their object removes them.
+func (c *Client) sweepObjectLeases(ctx context.Context) {
+	target := objectLeaseTarget(c.target.Name())
+	var keys []string
+	for rec, err := range c.objects.List(ctx, target, dedup.StatePending) {
+		if err != nil {
+			c.warnOnce("the object leases that dead processes left could not be listed", "err", err)
+			return
+		}
+		if rec.LeaseOwner != c.leases.lease.Owner {
+			keys = append(keys, rec.Key)
+		}
+	}
+	for _, key := range keys {
+		_, release, err := c.holdShared(ctx, nil, dedup.Ref{Target: target, Key: key})
+		if err != nil {
+			continue // held by a live owner, or the store failed: it stays until later
+		}
+		release()
+	}
+}
 
 func (o *objectRun) lookup(ctx context.Context) (dedup.Object, bool, error) {
 	obj, err := o.store.LookupObject(ctx, o.target, o.k.Object)
@@ -469,6 +501,31 @@ func (g guardedObjects) ResetVersion(ctx context.Context, target, key, version s
 		return struct{}{}, g.os().ResetVersion(ctx, target, key, version)
 	})
 	return err
+}
+
+// List reads the rows whole under the guard, and then yields them.
+func (g guardedObjects) List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error] {
+	return func(yield func(dedup.Record, error) bool) {
+		rows, err := guardCall(g.s.g, ctx, "list rows", false, func(ctx context.Context) ([]dedup.Record, error) {
+			var rows []dedup.Record
+			for rec, err := range g.os().List(ctx, target, state) {
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, rec)
+			}
+			return rows, nil
+		})
+		if err != nil {
+			yield(dedup.Record{}, err)
+			return
+		}
+		for _, rec := range rows {
+			if !yield(rec, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (g guardedObjects) NoteStale(ctx context.Context, target, key string) error {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -219,6 +220,39 @@ func TestABatchAppliesAnObjectsLinesInInputOrder(t *testing.T) {
 	for _, r := range h.Records() {
 		require.Contains(t, string(r.Body), fmt.Sprintf(`"v":%d`, versions), "each object holds its last version")
 	}
+}
+
+// A process killed after it recorded an object's version and before it
+// let go of the object's lease leaves the lease's row pending, and the
+// object's later lines, answered from the store, never take the lease to
+// remove it: a run removes such rows as it starts. A lapsed lease's row
+// is taken over and let go; a live owner's is left alone.
+func TestARunRemovesTheObjectLeasesOfDeadProcesses(t *testing.T) {
+	h, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	c := objectClient(t, srv.URL, store, Config{})
+	ctx := context.Background()
+	a, b := `{"id":"a","n":1}`, `{"id":"b","n":1}`
+	ra, rb := deposit(t, c, a), deposit(t, c, b)
+	target := objectLeaseTarget(c.target.Name())
+	_, err := store.Claim(ctx, target, ra.Object, nil, dedup.Lease{Owner: "killed", TTL: time.Microsecond})
+	require.NoError(t, err)
+	_, err = store.Claim(ctx, target, rb.Object, nil, dedup.Lease{Owner: "alive", TTL: time.Hour})
+	require.NoError(t, err)
+
+	sum, err := c.Run(ctx, func(yield func(Item) bool) {
+		_ = yield(Item{Line: 1, Payload: []byte(a)}) && yield(Item{Line: 2, Payload: []byte(b)})
+	}, BatchOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 2, sum.Replayed)
+	require.Zero(t, sum.Requests)
+	var left []string
+	for rec, err := range store.List(ctx, target, "") {
+		require.NoError(t, err)
+		left = append(left, rec.Key+" "+string(rec.State)+" "+rec.LeaseOwner)
+	}
+	require.Equal(t, []string{rb.Object + " pending alive"}, left, "the dead process's row removed, the live one's kept")
+	require.Equal(t, int64(2), h.Stats().Creates)
 }
 
 func TestAPayloadWithoutItsIdentityIsInvalid(t *testing.T) {
