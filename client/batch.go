@@ -286,8 +286,8 @@ func (c *Client) Run(ctx context.Context, items iter.Seq[Item], opts BatchOption
 	}
 	close(finished)
 	<-watched
-	if c.updater != nil && ctx.Err() == nil && b.st.err() == nil {
-		c.sweepObjectLeases(ctx)
+	if ctx.Err() == nil && b.st.err() == nil {
+		c.sweepLeases(ctx)
 	}
 	b.sum.Elapsed = time.Since(start)
 	b.sum.LeasesLost = int(c.LeasesLost() - lostBefore)

@@ -111,14 +111,25 @@ type rowLister interface {
 	List(ctx context.Context, target string, state dedup.State) iter.Seq2[dedup.Record, error]
 }
 
-// sweepObjectLeases lets go of the object leases that dead processes
-// left. A process killed after it recorded an object's version and
-// before it let go of the object's lease leaves that row pending, and no
-// later run takes the lease again while the object keeps that version
-// (the store answers it without the lease): deposit status would count
-// the row pending for ever. A lease still held (not expired, its owner
-// not proven dead) is left alone; a batch's own are all let go by its end.
-func (c *Client) sweepObjectLeases(ctx context.Context) {
+// sweepLeases lets go of the leases that dead processes left on rows that
+// hold no outcome (an object's, a serial name's). A process killed after
+// it recorded the outcome and before it let go leaves such a row pending,
+// and no later run takes the lease again while the store answers the
+// object or the deposit without it: deposit status would count the row
+// pending for ever. A lease still held (not expired, its owner not proven
+// dead) is left alone; a batch's own are all let go by its end.
+func (c *Client) sweepLeases(ctx context.Context) {
+	if c.updater != nil {
+		c.sweepLeaseRows(ctx, objectLeaseTarget(c.target.Name()))
+	}
+	if sz, ok := c.target.(driver.Serializer); ok {
+		c.sweepLeaseRows(ctx, sz.SerialTarget())
+	}
+}
+
+// sweepLeaseRows lets go of the dead processes' leases on the rows of
+// target, which hold no outcome.
+func (c *Client) sweepLeaseRows(ctx context.Context, target string) {
 	var s Store = c.store
 	if g, ok := s.(*guarded); ok {
 		s = g.s
@@ -127,8 +138,7 @@ func (c *Client) sweepObjectLeases(ctx context.Context) {
 	if !ok {
 		return
 	}
-	target := objectLeaseTarget(c.target.Name())
-	rows, err := guardCall(c.guard, ctx, "list object leases", false, func(ctx context.Context) ([]dedup.Record, error) {
+	rows, err := guardCall(c.guard, ctx, "list the leases dead processes left", false, func(ctx context.Context) ([]dedup.Record, error) {
 		var out []dedup.Record
 		for rec, err := range l.List(ctx, target, dedup.StatePending) {
 			if err != nil {
@@ -139,7 +149,7 @@ func (c *Client) sweepObjectLeases(ctx context.Context) {
 		return out, nil
 	})
 	if err != nil {
-		c.log.Warn("the object leases left by dead processes were not listed; a later batch lets go of them", "err", err)
+		c.log.Warn("the leases left by dead processes were not listed; a later batch lets go of them", "target", target, "err", err)
 		return
 	}
 	for _, rec := range rows {

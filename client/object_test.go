@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/canonical"
 	"github.com/depositkit/deposit/dedup"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/repotest"
 	"github.com/depositkit/deposit/target/put"
 )
@@ -334,4 +336,42 @@ func pendingRows(t *testing.T, store *dedup.SQLite, target string) []dedup.Recor
 		out = append(out, rec)
 	}
 	return out
+}
+
+// serialPut is put's driver whose deposits all share one serial name, as
+// InvenioRDM's new versions of one record do.
+type serialPut struct{ driver.Driver }
+
+func (s serialPut) SerialTarget() string          { return driver.StepTarget(s.Name(), "serial") }
+func (s serialPut) Serial(canonical.Keyed) string { return "one" }
+
+type serialTarget struct{ put.Target }
+
+func (t serialTarget) Driver() (driver.Driver, error) {
+	d, err := t.Target.Driver()
+	return serialPut{d}, err
+}
+
+// A serial name's row that a killed process left (its deposit finished,
+// its lease not let go) is let go by the next batch too, and a live one is
+// kept: no later deposit of a finished key takes the serial name again.
+func TestABatchLetsGoOfTheSerialLeasesDeadProcessesLeft(t *testing.T) {
+	_, srv := objectServer(t, repotest.Config{})
+	store := openStore(t)
+	c, err := New(Config{Target: serialTarget{put.Target{Endpoint: srv.URL}}, Store: store, Retry: fastRetry})
+	require.NoError(t, err)
+	serial := c.target.(driver.Serializer).SerialTarget()
+	ctx := context.Background()
+	_, err = store.Claim(ctx, serial, "left", nil, dedup.Lease{Owner: "killed", TTL: time.Millisecond})
+	require.NoError(t, err)
+	_, err = store.Claim(ctx, serial, "held", nil, dedup.Lease{Owner: "live-elsewhere", TTL: time.Hour})
+	require.NoError(t, err)
+	time.Sleep(2 * time.Millisecond) // the killed one's lease expires
+
+	sum, err := c.Run(ctx, items([][]byte{[]byte(`{"a":1}`), []byte(`{"a":2}`)}), BatchOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 2, sum.Created)
+	rows := pendingRows(t, store, serial)
+	require.Len(t, rows, 1, "only the live lease is left")
+	require.Equal(t, "held", rows[0].Key)
 }
