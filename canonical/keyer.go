@@ -45,6 +45,11 @@ type Keyed struct {
 	// values): the name of its one record, whose versions Key names. ""
 	// without an identity.
 	Object string
+	// Version, in the Keyed an object's record is created with (whose Key
+	// is then the object key), is the content key of the payload: the
+	// version the record starts at, for a target that marks it. "" in any
+	// other Keyed.
+	Version string
 	// Order is the value of the payload's version pointer, as text that
 	// orders the versions of one object (see the client's Config), "" when
 	// there is none.

@@ -231,7 +231,7 @@ func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
 // for the payload to update.
 func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	ck := o.k
-	ck.Key = o.k.Object
+	ck.Key, ck.Version = o.k.Object, o.k.Key
 	res, _, err := o.c.deposit(ctx, ck, "", o.drain, nil, ahead{})
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
@@ -291,14 +291,16 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 		return c.storeError(err)
 	}
 	tag := obj.Tag
+	rb, readFirst := o.up.(driver.ReadBeforeUpdate)
+	readFirst = readFirst && rb.ReadsBeforeUpdate()
 	for range maxUpdateRounds {
-		if tag == "" {
+		if tag == "" || readFirst {
 			var done bool
 			if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
 				return err
 			}
 			tag = obj.Tag
-			if tag == "" {
+			if tag == "" && !readFirst {
 				return o.fail(ctx, &HTTPError{Problem: "the server names no tag (ETag, revision) for the record's version, so it cannot be updated on a condition; not sent"})
 			}
 		}
@@ -443,6 +445,14 @@ func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) 
 // heldVersion keys the payload the server holds, as a line is keyed: its
 // version, and the check that the record is this object's.
 func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, error) {
+	if state.Version != "" {
+		// The record's markers say it: its payload is the server's
+		// rendering, which keys as nothing this object deposited.
+		if state.Object != "" && state.Object != o.k.Object {
+			return canonical.Keyed{}, o.fail(context.Background(), &HTTPError{Problem: "the object's record is marked as another object's (" + state.Object + "); it is not overwritten"})
+		}
+		return canonical.Keyed{Key: state.Version, Object: o.k.Object, Order: o.orderOf(state.Body)}, nil
+	}
 	k, err := o.c.keyPayload(state.Body)
 	if err == nil && k.Object != o.k.Object {
 		err = errors.New("its identity names another object")
@@ -451,6 +461,24 @@ func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, erro
 		return k, o.fail(context.Background(), &HTTPError{Problem: "the object's record holds what this object's deposits did not make (" + err.Error() + "); it is not overwritten"})
 	}
 	return k, nil
+}
+
+// orderOf is the version order the server's rendering of a record gives
+// at the version pointer, "" when it gives none.
+func (o *objectRun) orderOf(body []byte) string {
+	if o.c.identity.version == "" {
+		return ""
+	}
+	k, err := o.c.keyer.Key(body)
+	if err != nil {
+		return ""
+	}
+	v, err := valueAt(k.Body, o.c.identity.version)
+	if err != nil {
+		return ""
+	}
+	order, _ := versionOrder(v)
+	return order
 }
 
 // apply records version v of the object as the one the server holds now.

@@ -375,3 +375,66 @@ func TestABatchLetsGoOfTheSerialLeasesDeadProcessesLeft(t *testing.T) {
 	require.Len(t, rows, 1, "only the live lease is left")
 	require.Equal(t, "held", rows[0].Key)
 }
+
+// readFirstPut is put's driver as a server that checks no precondition
+// would be driven: every update is sent with If-Match: * (which the
+// reference server takes as "any version"), after a read whose version
+// the record's marker names: here the key of its payload.
+type readFirstPut struct{ driver.Updater }
+
+func (readFirstPut) ReadsBeforeUpdate() bool { return true }
+
+func (p readFirstPut) Update(k canonical.Keyed, _ string) (driver.Request, error) {
+	return p.Updater.Update(k, "*")
+}
+
+func (p readFirstPut) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
+	state, f := p.Updater.JudgeRead(a)
+	if f.Kind == driver.Present {
+		body, err := canonical.JCS(state.Body)
+		if err != nil {
+			return state, driver.Finding{Kind: driver.Foreign, Problem: err.Error()}
+		}
+		state.Version, state.Body = canonical.Key(body), []byte(`{"rendered":"by the server"}`)
+	}
+	return state, f
+}
+
+type readFirstTarget struct{ put.Target }
+
+func (t readFirstTarget) Driver() (driver.Driver, error) {
+	d, err := t.Target.Driver()
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		driver.Driver
+		readFirstPut
+	}{d, readFirstPut{d.(driver.Updater)}}, nil
+}
+
+// Where the server checks no precondition, the record is read before each
+// update: its version marker must be the one the store applied, else the
+// update is another writer's change and is not sent.
+func TestAServerWithoutAPreconditionIsReadBeforeEachUpdate(t *testing.T) {
+	h, srv := objectServer(t, repotest.Config{})
+	c, err := New(Config{Target: readFirstTarget{put.Target{Endpoint: srv.URL}}, Store: openStore(t), Retry: fastRetry, Identity: []string{"/id"}})
+	require.NoError(t, err)
+	first := deposit(t, c, `{"id":"r","n":1}`)
+	upd := deposit(t, c, `{"id":"r","n":2}`)
+	require.Equal(t, OutcomeUpdated, upd.Outcome)
+	require.Equal(t, 2, upd.Requests, "a read, then the update")
+	require.JSONEq(t, `{"id":"r","n":2}`, recordBody(t, h))
+
+	// Another writer: the server would take anything, the read refuses it.
+	req, err := http.NewRequest(http.MethodPut, srv.URL+"/"+first.Object, strings.NewReader(`{"id":"r","n":"theirs"}`))
+	require.NoError(t, err)
+	req.Header.Set("If-Match", "*")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	_, err = c.Deposit(context.Background(), []byte(`{"id":"r","n":3}`))
+	require.ErrorIs(t, err, ErrTerminal)
+	require.ErrorContains(t, err, "changed elsewhere")
+	require.JSONEq(t, `{"id":"r","n":"theirs"}`, recordBody(t, h))
+}

@@ -32,12 +32,14 @@ import "github.com/depositkit/deposit/canonical"
 //     is, which the condition makes safe (an attempt that took effect
 //     answers Conflict, and the read finds this content).
 //
-// An update is arbitrated by its condition, so a target whose server
-// checks none cannot be an Updater.
+// An update is arbitrated by its condition. A target whose server checks
+// none is an Updater only as a [ReadBeforeUpdate], which reads the record
+// before every update.
 type Updater interface {
 	// Update is the request that replaces the record of object k.Object
 	// with k's content, on the condition that the server holds the
-	// version tagged tag; tag is never "" (the engine reads first).
+	// version tagged tag; tag is never "" (the engine reads first), but
+	// for a [ReadBeforeUpdate].
 	Update(k canonical.Keyed, tag string) (Request, error)
 	// JudgeUpdate classifies an answer to Update (see above). It must be
 	// a pure function of the answer, like [Step.Judge].
@@ -60,4 +62,21 @@ type Updater interface {
 type ObjectState struct {
 	Body []byte
 	Tag  string
+	// Version and Object, for a record that names them in markers of its
+	// own (DataCite's alternate identifiers), are the content key of the
+	// version it holds and the object key it belongs to: the engine takes
+	// them instead of keying Body, whose shape such a server changes.
+	// Version "" means Body is the payload as deposited, to be keyed.
+	Version, Object string
+}
+
+// ReadBeforeUpdate is an Updater whose server checks no precondition on
+// an update (DataCite's PUT of a DOI's metadata). The engine then reads
+// the record before every update and sends it only while the record holds
+// the version the store recorded, by its version marker
+// ([ObjectState.Version]); Update is given the tag the read named, "" when
+// it named none. What this cannot catch is a write by another tool
+// between the read and the update: the page of such a target must say so.
+type ReadBeforeUpdate interface {
+	ReadsBeforeUpdate() bool
 }
