@@ -48,6 +48,22 @@ func deposit(t *testing.T, c *Client, payload string) Result {
 	return res
 }
 
+// replaceBehind replaces the record at url with body, on its current
+// ETag, as another tool would, behind the store's back.
+func replaceBehind(t *testing.T, url string, body []byte) {
+	t.Helper()
+	get, err := http.Get(url)
+	require.NoError(t, err)
+	get.Body.Close()
+	req, err := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("If-Match", get.Header.Get("ETag"))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
 // recordBody is the body the server holds for the one record it has.
 func recordBody(t *testing.T, h *repotest.Handler) string {
 	t.Helper()
@@ -148,18 +164,9 @@ func TestAnUpdateDoesNotOverwriteAnotherWritersChange(t *testing.T) {
 	res := deposit(t, c, v1)
 
 	// Another tool replaces the record behind the store's back.
-	get, err := http.Get(srv.URL + "/" + res.Object)
-	require.NoError(t, err)
-	get.Body.Close()
-	req, err := http.NewRequest(http.MethodPut, srv.URL+"/"+res.Object, bytes.NewReader([]byte(`{"id":"shared","by":"them"}`)))
-	require.NoError(t, err)
-	req.Header.Set("If-Match", get.Header.Get("ETag"))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	replaceBehind(t, srv.URL+"/"+res.Object, []byte(`{"id":"shared","by":"them"}`))
 
-	_, err = c.Deposit(context.Background(), []byte(`{"id":"shared","by":"us, corrected"}`))
+	_, err := c.Deposit(context.Background(), []byte(`{"id":"shared","by":"us, corrected"}`))
 	require.ErrorIs(t, err, ErrTerminal)
 	require.ErrorContains(t, err, "changed elsewhere")
 	require.JSONEq(t, `{"id":"shared","by":"them"}`, recordBody(t, h), "their change stands")
@@ -268,16 +275,7 @@ func TestAKilledUpdateIsSettledBeforeTheNextOne(t *testing.T) {
 	// The killed run: its intent recorded, its PUT applied, nothing more.
 	_, err = store.BeginUpdate(context.Background(), c.StoreTarget(), first.Object, k2.Key, "")
 	require.NoError(t, err)
-	get, err := http.Get(srv.URL + "/" + first.Object)
-	require.NoError(t, err)
-	get.Body.Close()
-	req, err := http.NewRequest(http.MethodPut, srv.URL+"/"+first.Object, bytes.NewReader(k2.Body))
-	require.NoError(t, err)
-	req.Header.Set("If-Match", get.Header.Get("ETag"))
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	replaceBehind(t, srv.URL+"/"+first.Object, k2.Body)
 
 	require.Equal(t, OutcomeUpdated, deposit(t, c, v3).Outcome)
 	require.JSONEq(t, v3, recordBody(t, h))

@@ -255,7 +255,8 @@ func newS3Ledger(t *testing.T, versity peertest.S3) *s3Ledger {
 	return &s3Ledger{t: t, s3: versity, proxy: proxy, client: client, l: ledgerCounts{applied: map[string][]string{}}}
 }
 
-// statusWriter notes the status an answer is given.
+// statusWriter notes the status an answer is given (a write without
+// WriteHeader is a 200), for the chaos tests' counting proxies.
 type statusWriter struct {
 	http.ResponseWriter
 	status int

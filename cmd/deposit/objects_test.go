@@ -137,7 +137,7 @@ func (l *updateLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	sw := &statusWatch{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w}
 	l.next.ServeHTTP(sw, r)
 	if sw.status != http.StatusOK { // the reference server's answer to an update it applied
 		return
@@ -162,26 +162,6 @@ func (l *updateLog) byObject(t *testing.T, h *repotest.Handler) map[int][]int {
 		}
 	}
 	return out
-}
-
-// statusWatch notes the status a handler answers.
-type statusWatch struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusWatch) WriteHeader(status int) {
-	if s.status == 0 {
-		s.status = status
-	}
-	s.ResponseWriter.WriteHeader(status)
-}
-
-func (s *statusWatch) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
 }
 
 // objectOf is the object number of a payload ("obj-007": 7).
