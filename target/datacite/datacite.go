@@ -375,9 +375,9 @@ func (d dataciteDriver) ours(doi, key string, body []byte) error {
 	case m.object == key:
 		return nil
 	case m.object == "" && m.version == "":
-		return fmt.Errorf("doi %s already exists and carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (taking such DOIs over would need --adopt, which is not built)", doi, dataciteAltType)
+		return fmt.Errorf("doi %s already exists and is not this deposit's: it carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (taking such DOIs over would need --adopt, which is not built)", doi, dataciteAltType)
 	case m.object != "":
-		return fmt.Errorf("doi %s already exists and is another deposit's: its %s marker is %s, not this one's %s (another object's DOI); it was not claimed", doi, dataciteAltType, m.object, key)
+		return fmt.Errorf("doi %s already exists and is not this deposit's: its %s marker is %s, not this one's %s (another deposit's DOI: with --identity, another object's DOI); it was not claimed", doi, dataciteAltType, m.object, key)
 	}
 	return foreign
 }
