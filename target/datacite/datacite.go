@@ -43,6 +43,10 @@ import (
 // with that event once the DOI exists, recorded in the store under a target
 // of its own, so a re-run sends it for DOIs created earlier but not yet
 // published, and never twice.
+//
+// With an identity (the client's Config.Identity), a DOI is an object's
+// record: the payload's own attributes.doi, or the DOI derived from the
+// object key, and a changed payload updates its metadata (see object.go).
 type Target struct {
 	// Endpoint is DataCite's API root; default TestEndpoint.
 	// Production (Endpoint) only when named.
