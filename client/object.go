@@ -293,7 +293,7 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 	tag := obj.Tag
 	rb, readFirst := o.up.(driver.ReadBeforeUpdate)
 	readFirst = readFirst && rb.ReadsBeforeUpdate()
-	for range maxUpdateRounds {
+	for round := range maxUpdateRounds {
 		if tag == "" || readFirst {
 			var done bool
 			if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
@@ -311,7 +311,10 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 		req.Header = c.withUserHeader(req.Header)
 		x := c.newExchange(o.k.Key, o.drain)
 		var v verdict
-		a, cls, err := x.do(ctx, req, true, func(a answer) verdict { v = o.up.JudgeUpdate(a); return v })
+		// Sent on no condition, an update whose answer was lost is not
+		// sent again as it is: the read of the next round settles it
+		// (this content there: updated), and only then is it resent.
+		a, cls, err := x.do(ctx, req, !readFirst, func(a answer) verdict { v = o.up.JudgeUpdate(a); return v })
 		o.res.Requests += x.requests
 		o.res.Retries += x.retries
 		if err != nil {
@@ -330,6 +333,10 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 		case driver.Conflict, driver.Exists:
 			tag = "" // another version is there: read it
 			continue
+		case driver.Ambiguous:
+			if readFirst && round < maxUpdateRounds-1 {
+				continue
+			}
 		}
 		herr := answerError(req.Method, a, v.Problem)
 		switch cls {

@@ -436,3 +436,34 @@ func TestAServerWithoutAPreconditionIsReadBeforeEachUpdate(t *testing.T) {
 	require.ErrorContains(t, err, "changed elsewhere")
 	require.JSONEq(t, `{"id":"r","n":"theirs"}`, recordBody(t, h))
 }
+
+// An update sent on no condition whose answer is lost is not sent again
+// as it is: the read that follows finds this content, and the update is
+// settled as applied, once.
+func TestAnAmbiguousUpdateWithoutAPreconditionIsReadNotResent(t *testing.T) {
+	h, err := repotest.NewHandler(repotest.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	dropped := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.Header.Get("If-Match") == "*" && !dropped {
+			dropped = true
+			h.ServeHTTP(httptest.NewRecorder(), r)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(Config{Target: readFirstTarget{put.Target{Endpoint: srv.URL}}, Store: openStore(t), Retry: fastRetry, Identity: []string{"/id"}})
+	require.NoError(t, err)
+	deposit(t, c, `{"id":"r","n":1}`)
+	upd := deposit(t, c, `{"id":"r","n":2}`)
+	require.True(t, dropped)
+	require.Equal(t, OutcomeUpdated, upd.Outcome)
+	require.Equal(t, 3, upd.Requests, "a read, the update whose answer was lost, the read that settles it")
+	require.Equal(t, int64(1), h.Stats().Updates, "applied once, never sent again")
+	require.JSONEq(t, `{"id":"r","n":2}`, recordBody(t, h))
+}

@@ -51,6 +51,9 @@ type DataCiteDOI struct {
 	// sent, merged over updates, plus doi, prefix, suffix and state.
 	Attributes json.RawMessage
 	Created    time.Time
+	// Versions counts the DOI's metadata versions: 1 at its creation,
+	// one more for each update of its metadata (an event alone is none).
+	Versions int
 }
 
 // DataCiteStats counts what a DataCite stub did. All counts start at zero.
@@ -60,7 +63,10 @@ type DataCiteStats struct {
 	Minted    int64 `json:"minted"`    // DOIs created, by POST or by a PUT to a new DOI
 	Taken     int64 `json:"taken"`     // 422 "This DOI has already been taken" answers
 	Conflicts int64 `json:"conflicts"` // 409 answers: a create that lost a race for its DOI
-	Updates   int64 `json:"updates"`   // PUTs to an existing DOI
+	Updates   int64 `json:"updates"`   // PUTs to an existing DOI, events alone included
+	// MetadataUpdates counts the PUTs to an existing DOI that carried
+	// metadata (any attribute but doi and event): each a new version.
+	MetadataUpdates int64 `json:"metadata_updates"`
 	// EventRequests counts creates and updates carrying an event that
 	// committed; Events counts those that moved a DOI to another state.
 	EventRequests int64 `json:"event_requests"`
@@ -85,7 +91,9 @@ type DataCiteStats struct {
 //     exists."}]}, as the database's unique index makes the second of two
 //     racing creators fail.
 //   - PUT /dois/{doi} is an upsert: 201 when it creates, 200 when it
-//     updates (top-level attributes replaced).
+//     updates (top-level attributes replaced, alternateIdentifiers as a
+//     whole; "Update a doi" answers 200 in openapi.yaml of datacite/lupo).
+//     An update keeps the DOI's state unless it carries an event.
 //   - attributes.event moves a DOI: register (draft to registered), publish
 //     (draft or registered to findable), hide (findable to registered);
 //     another event for the state changes nothing. Register and publish
@@ -119,11 +127,12 @@ type DataCite struct {
 }
 
 type dcRecord struct {
-	doi     string
-	state   string
-	attrs   map[string]any
-	created time.Time
-	updated time.Time
+	doi      string
+	state    string
+	attrs    map[string]any
+	created  time.Time
+	updated  time.Time
+	versions int // metadata versions: 1 + metadata updates
 }
 
 // NewDataCite returns a DataCite stub for cfg.
@@ -165,7 +174,7 @@ func (d *DataCite) DOIs() []DataCiteDOI {
 	defer d.mu.Unlock()
 	out := make([]DataCiteDOI, len(d.order))
 	for i, r := range d.order {
-		out[i] = DataCiteDOI{DOI: r.doi, State: r.state, Attributes: r.attributes(), Created: r.created}
+		out[i] = DataCiteDOI{DOI: r.doi, State: r.state, Attributes: r.attributes(), Created: r.created, Versions: r.versions}
 	}
 	return out
 }
@@ -346,6 +355,10 @@ func (d *DataCite) update(w http.ResponseWriter, r *http.Request, doi string) {
 		rec.attrs = merged
 		rec.updated = time.Now().UTC()
 		d.stats.Updates++
+		if hasMetadata(attrs) {
+			d.stats.MetadataUpdates++
+			rec.versions++
+		}
 	} else {
 		rec = d.add(doi, attrs)
 		status = http.StatusCreated
@@ -383,7 +396,7 @@ func (d *DataCite) add(doi string, attrs map[string]any) *dcRecord {
 	delete(attrs, "doi")
 	delete(attrs, "prefix")
 	delete(attrs, "suffix")
-	rec := &dcRecord{doi: doi, state: "draft", attrs: attrs, created: now, updated: now}
+	rec := &dcRecord{doi: doi, state: "draft", attrs: attrs, created: now, updated: now, versions: 1}
 	d.dois[doi] = rec
 	d.order = append(d.order, rec)
 	d.stats.Minted++
@@ -434,6 +447,17 @@ func (d *DataCite) randomDOI(prefix string) string {
 func (d *DataCite) allowed(doi string) bool {
 	prefix, suffix, ok := strings.Cut(doi, "/")
 	return ok && suffix != "" && slices.Contains(d.cfg.Prefixes, prefix)
+}
+
+// hasMetadata reports whether a PUT's attributes change metadata: any but
+// doi and event.
+func hasMetadata(attrs map[string]any) bool {
+	for name := range attrs {
+		if name != "doi" && name != "event" {
+			return true
+		}
+	}
+	return false
 }
 
 // missingFor lists the attributes event needs that attrs lacks.

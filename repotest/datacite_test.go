@@ -224,3 +224,34 @@ func TestDataCiteFaults(t *testing.T) {
 		require.True(t, strings.Contains(err.Error(), "drop=2"))
 	})
 }
+
+// A metadata update keeps a findable DOI findable, replaces its
+// alternateIdentifiers as a whole, and counts as a version; an event
+// alone is no new version.
+func TestDataCiteMetadataUpdatesKeepTheStateAndCountVersions(t *testing.T) {
+	s := startDataCite(t, DataCiteConfig{})
+	put := func(attrs string) answer {
+		return mustSend(t, s.Client(), "PUT", s.URL+"/dois/10.5072/v", doiDoc(attrs), "Content-Type", jsonAPI)
+	}
+	require.Equal(t, http.StatusCreated, put(`{`+complete+`,"alternateIdentifiers":[{"alternateIdentifier":"a","alternateIdentifierType":"deposit-version"}]}`).status)
+	require.Equal(t, http.StatusOK, put(`{"event":"publish"}`).status)
+	a := put(`{"titles":[{"title":"Reef, corrected"}],"alternateIdentifiers":[{"alternateIdentifier":"b","alternateIdentifierType":"deposit-version"}]}`)
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, "findable", state(t, s, "10.5072/v"), "an update without an event keeps the state")
+	read := mustSend(t, s.Client(), "GET", s.URL+"/dois/10.5072/v", "")
+	var doc struct {
+		Data struct {
+			Attributes struct {
+				Titles               []map[string]string `json:"titles"`
+				AlternateIdentifiers []map[string]string `json:"alternateIdentifiers"`
+			} `json:"attributes"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(read.body, &doc))
+	require.Equal(t, []map[string]string{{"alternateIdentifier": "b", "alternateIdentifierType": "deposit-version"}}, doc.Data.Attributes.AlternateIdentifiers)
+	require.Equal(t, "Reef, corrected", doc.Data.Attributes.Titles[0]["title"])
+	st := s.Stats()
+	require.Equal(t, int64(2), st.Updates, "the event's PUT and the metadata's")
+	require.Equal(t, int64(1), st.MetadataUpdates)
+	require.Equal(t, 2, s.DOIs()[0].Versions)
+}

@@ -43,6 +43,10 @@ import (
 // with that event once the DOI exists, recorded in the store under a target
 // of its own, so a re-run sends it for DOIs created earlier but not yet
 // published, and never twice.
+//
+// With an identity (the client's Config.Identity), a DOI is an object's
+// record: the payload's own attributes.doi, or the DOI derived from the
+// object key, and a changed payload updates its metadata (see object.go).
 type Target struct {
 	// Endpoint is DataCite's API root; default TestEndpoint.
 	// Production (Endpoint) only when named.
@@ -182,15 +186,16 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error
 	if err != nil {
 		return nil, err
 	}
-	body, err := d.createBody(doi, k.Key, k.Body)
+	if k.Object != "" {
+		// An object's record: its DOI is the payload's own, else the one
+		// its object key (k.Key here) derives, stable across corrections.
+		if doi, err = d.objectDOI(k.Body, k.Key); err != nil {
+			return nil, err
+		}
+	}
+	body, err := d.createBody(doi, k.Key, k.Version, k.Body)
 	if err != nil {
 		return nil, err
-	}
-	header := func() http.Header {
-		h := http.Header{}
-		h.Set("Content-Type", dataciteMediaType)
-		h.Set("Accept", dataciteMediaType)
-		return h
 	}
 	doiURL := d.url(doi)
 	create := driver.Step{
@@ -217,7 +222,7 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error
 		},
 		// No pointers: a read-back names no identifier, so the DOI (the
 		// fallback) is the identifier, whatever the record says.
-		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(k.Key, b) }),
+		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(doi, k.Key, b) }),
 		Fallback: doi,
 	}
 	steps := []driver.Step{create}
@@ -238,12 +243,19 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error
 }
 
 // createBody is the JSON:API document of the create: the payload's
-// attributes with the DOI and the key's alternate identifier.
-func (d dataciteDriver) createBody(doi, key string, payload []byte) ([]byte, error) {
+// attributes with the DOI and the key's alternate identifier, and, for an
+// object's record, the version's (version, the content key).
+func (d dataciteDriver) createBody(doi, key, version string, payload []byte) ([]byte, error) {
 	attrs, err := dataciteAttributes(payload)
 	if err != nil {
 		return nil, err
 	}
+	return d.documentOf(doi, key, version, attrs)
+}
+
+// documentOf is the JSON:API document of attrs, with the DOI and the
+// markers set.
+func (d dataciteDriver) documentOf(doi, key, version string, attrs map[string]any) ([]byte, error) {
 	prefix, suffix, _ := strings.Cut(doi, "/")
 	for name, want := range map[string]string{"doi": doi, "prefix": prefix, "suffix": suffix} {
 		v, present := attrs[name]
@@ -257,6 +269,9 @@ func (d dataciteDriver) createBody(doi, key string, payload []byte) ([]byte, err
 	}
 	alt, err := withKeyIdentifier(attrs["alternateIdentifiers"], key)
 	if err != nil {
+		return nil, err
+	}
+	if alt, err = withVersionIdentifier(alt, version); err != nil {
 		return nil, err
 	}
 	attrs["alternateIdentifiers"] = alt
@@ -347,43 +362,26 @@ func doiTaken(body []byte) bool {
 	return false
 }
 
-// checkExisting accepts a DOI read back only when its metadata carries key
-// as a deposit-sha256 alternate identifier. A read-back cut short by the
+// ours accepts a DOI read back only when its metadata carries key as a
+// deposit-sha256 alternate identifier. A read-back cut short by the
 // engine's answer limit is searched as text for the quoted key next to the
 // identifier type (DataCite lists identifiers before the bulky metadata).
-func (d dataciteDriver) ours(key string, body []byte) error {
-	var doc struct {
-		Data struct {
-			Attributes struct {
-				DOI                  string `json:"doi"`
-				AlternateIdentifiers []struct {
-					ID   string `json:"alternateIdentifier"`
-					Type string `json:"alternateIdentifierType"`
-				} `json:"alternateIdentifiers"`
-				Identifiers []struct {
-					ID   string `json:"identifier"`
-					Type string `json:"identifierType"`
-				} `json:"identifiers"`
-			} `json:"attributes"`
-		} `json:"data"`
-	}
-	doi, _ := DOI(d.prefix, key)
+func (d dataciteDriver) ours(doi, key string, body []byte) error {
 	foreign := fmt.Errorf("doi %s already exists and is not this deposit's: its metadata has no %s alternate identifier %s (another record holds the name this payload derives; it was not claimed)", doi, dataciteAltType, key)
-	if err := json.Unmarshal(body, &doc); err != nil {
+	m, err := readMarkers(body)
+	if err != nil {
 		if bytes.Contains(body, []byte(`"`+key+`"`)) && bytes.Contains(body, []byte(`"`+dataciteAltType+`"`)) {
 			return nil
 		}
 		return foreign
 	}
-	for _, a := range doc.Data.Attributes.AlternateIdentifiers {
-		if a.ID == key && strings.EqualFold(a.Type, dataciteAltType) {
-			return nil
-		}
-	}
-	for _, a := range doc.Data.Attributes.Identifiers {
-		if a.ID == key && strings.EqualFold(a.Type, dataciteAltType) {
-			return nil
-		}
+	switch {
+	case m.object == key:
+		return nil
+	case m.object == "" && m.version == "":
+		return fmt.Errorf("doi %s already exists and is not this deposit's: it carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (taking such DOIs over would need --adopt, which is not built)", doi, dataciteAltType)
+	case m.object != "":
+		return fmt.Errorf("doi %s already exists and is not this deposit's: its %s marker is %s, not this one's %s (another deposit's DOI: with --identity, another object's DOI); it was not claimed", doi, dataciteAltType, m.object, key)
 	}
 	return foreign
 }
@@ -391,4 +389,8 @@ func (d dataciteDriver) ours(key string, body []byte) error {
 // The driver's optional capabilities, checked when the package compiles:
 // the engine finds one by a type assertion, so a method misnamed would
 // silently turn it off.
-var _ driver.RateSetter = dataciteDriver{}
+var (
+	_ driver.RateSetter       = dataciteDriver{}
+	_ driver.Updater          = dataciteDriver{}
+	_ driver.ReadBeforeUpdate = dataciteDriver{}
+)
