@@ -164,6 +164,26 @@ func (l *updateLog) byObject(t *testing.T, h *repotest.Handler) map[int][]int {
 	return out
 }
 
+// foundOnALostStore runs args (the last input, on a new store) until it
+// exits 0, at most 10 times, and returns how many lines found their
+// object's record (existing, or created after a lost answer): none may be
+// updated, stale or failed, since the server holds each line's version.
+func foundOnALostStore(t *testing.T, env map[string]string, args []string) int {
+	t.Helper()
+	found := 0
+	for run := 1; ; run++ {
+		require.LessOrEqual(t, run, 10, "the run on a new store never exited 0")
+		r := deposit(t, env, args...)
+		require.Contains(t, []int{exitDone, exitUnresolved}, r.code, r.stderr)
+		s := summaryOf(t, r.stdout)
+		require.Zero(t, s.Updated+s.Stale+s.Failed, r.stdout)
+		found += s.Existing + s.Created
+		if r.code == exitDone {
+			return found
+		}
+	}
+}
+
 // objectOf is the object number of a payload ("obj-007": 7).
 func objectOf(t *testing.T, body []byte) int {
 	t.Helper()
@@ -341,18 +361,7 @@ func TestKilledObjectRunsApplyEachChangeOnce(t *testing.T) {
 	// are the measure.
 	lost := filepath.Join(t.TempDir(), "deposit.db")
 	args := runArgs(srv.URL, lost, in.write(t, dir, 3))
-	found := 0
-	for run := 1; ; run++ {
-		require.LessOrEqual(t, run, 10, "the v3 run on a new store never exited 0")
-		r := deposit(t, nil, args...)
-		require.Contains(t, []int{exitDone, exitUnresolved}, r.code, r.stderr)
-		s := summaryOf(t, r.stdout)
-		require.Zero(t, s.Updated+s.Stale+s.Failed, r.stdout)
-		found += s.Existing + s.Created
-		if r.code == exitDone {
-			break
-		}
-	}
+	found := foundOnALostStore(t, nil, args)
 	require.Equal(t, objectCount, found, "each object found once, holding its v3")
 	after := h.Stats()
 	require.Equal(t, st.Creates, after.Creates, "a lost store creates nothing")
