@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,13 +196,7 @@ func dataciteChaos(t *testing.T, o dcObject, seed uint64) {
 
 	m, err := drivertest.Faults{Spec: objectFaults, Seed: int64(seed)*10 + 9}.Wrap(s)
 	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(m)
-	l, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveOn(t, addr, m)
 
 	env := map[string]string{}
 	for _, kv := range dcEnv {

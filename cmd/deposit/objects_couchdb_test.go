@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -268,13 +266,7 @@ func TestKilledCouchDBRunsApplyEachObjectUpdateOnce(t *testing.T) {
 	serve := func(t *testing.T) *drivertest.Middleware {
 		m, err := drivertest.Faults{}.Wrap(counter)
 		require.NoError(t, err)
-		srv := httptest.NewUnstartedServer(m)
-		l, err := net.Listen("tcp", addr)
-		require.NoError(t, err)
-		srv.Listener.Close()
-		srv.Listener = l
-		srv.Start()
-		t.Cleanup(srv.Close)
+		serveOn(t, addr, m)
 		return m
 	}
 	input := func(v int) string {

@@ -164,6 +164,20 @@ func (l *updateLog) byObject(t *testing.T, h *repotest.Handler) map[int][]int {
 	return out
 }
 
+// serveOn serves h on addr (an address a finished harness run let go), for
+// the runs that follow on the same store, whose target names hold it.
+func serveOn(t *testing.T, addr string, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 // foundOnALostStore runs args (the last input, on a new store) until it
 // exits 0, at most 10 times, and returns how many lines found their
 // object's record (existing, or created after a lost answer): none may be
@@ -333,13 +347,7 @@ func TestKilledObjectRunsApplyEachChangeOnce(t *testing.T) {
 	// the same address, behind the same faults, for the runs that follow.
 	m, err := drivertest.Faults{Spec: objectFaults, Seed: 49}.Wrap(log)
 	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(m)
-	l, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	srv.Listener.Close()
-	srv.Listener = l
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveOn(t, addr, m)
 
 	// v1 again: nothing sent. Each object v2 or v3 changed is stale;
 	// the others still hold their v1 and are replayed.
