@@ -153,7 +153,7 @@ func (b *claimsAhead) claim(ctx context.Context, jobs []job) {
 		if j.k == nil {
 			continue
 		}
-		steps, err := c.stepsOf(*j.k, "")
+		steps, err := c.stepsOf(*j.k, source{})
 		if err != nil || !claimsFirst(steps) || !steps[0].Arbitrated {
 			continue
 		}

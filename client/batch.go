@@ -610,7 +610,7 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 		res, err := c.depositObject(ctx, k, drain)
 		return itemResult(it.Line, res, err), nil
 	}
-	res, end, err := c.deposit(ctx, k, dir, drain, outs, ahead{b: b, e: j.ahead})
+	res, end, err := c.deposit(ctx, k, source{dir: dir}, drain, outs, ahead{b: b, e: j.ahead})
 	return itemResult(it.Line, res, err), end
 }
 

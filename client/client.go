@@ -347,7 +347,7 @@ type Client struct {
 	// identity names objects (Config.Identity); updater and objects are
 	// the target's and the store's parts for them, set when it does.
 	identity    identity
-	updater     driver.Updater
+	updater     driver.ObjectReader
 	objects     objectStore
 	allowRevert bool
 
@@ -572,7 +572,7 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 	if k.Object != "" {
 		return c.depositObject(ctx, k, nil)
 	}
-	res, _, err := c.deposit(ctx, k, "", nil, nil, ahead{})
+	res, _, err := c.deposit(ctx, k, source{}, nil, nil, ahead{})
 	return res, err
 }
 
@@ -592,7 +592,7 @@ func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	res, _, err := c.deposit(ctx, k, dir, nil, nil, ahead{})
+	res, _, err := c.deposit(ctx, k, source{dir: dir}, nil, nil, ahead{})
 	return res, err
 }
 

@@ -135,7 +135,7 @@ func TestCouchDBDatasetOnPouchDB(t *testing.T) {
 		require.NoError(t, err)
 		// The same length, other bytes: only the digest tells.
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "b.csv"), []byte("x,y\n3,5\n"), 0o644))
-		res, _, err := changing.deposit(ctx, k, dir, nil, nil, ahead{})
+		res, _, err := changing.deposit(ctx, k, source{dir: dir}, nil, nil, ahead{})
 		require.ErrorIs(t, err, ErrTerminal)
 		require.ErrorContains(t, err, `file "b.csv": changed since it was hashed`)
 		require.Equal(t, 1, res.Requests)

@@ -140,7 +140,7 @@ func TestInvenioTakeoverFindsADraftCreatedAfterIt(t *testing.T) {
 	payload := invenioRecord(7)
 	k, err := c.Key(payload)
 	require.NoError(t, err)
-	steps, err := c.stepsOf(k, "")
+	steps, err := c.stepsOf(k, source{})
 	require.NoError(t, err)
 	draft, err := steps[0].Build(nil)
 	require.NoError(t, err)

@@ -36,7 +36,7 @@ import (
 //
 // pre is what the deposit's batch claimed ahead (ahead.go); zero outside a
 // batch that does.
-func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
+func (c *Client) deposit(ctx context.Context, k canonical.Keyed, src source, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
 	f, leader := c.flights.join(k.Key)
 	if !leader {
 		select {
@@ -52,7 +52,7 @@ func (c *Client) deposit(ctx context.Context, k canonical.Keyed, dir string, dra
 		return res, nil, f.err
 	}
 	pre.began(k.Key)
-	res, end, err := c.runSteps(ctx, k, dir, drain, outs, pre)
+	res, end, err := c.runSteps(ctx, k, src, drain, outs, pre)
 	if end != nil {
 		// Followers learn the outcome once it is durable.
 		end.after(func(e *ending) { c.flights.finish(k.Key, f, e.res, e.err) })
@@ -80,12 +80,16 @@ type runDeposit struct {
 	// anything but a connection never made or a refusal that stopped the
 	// run.
 	sent bool
+	// update says that the steps update an object's record
+	// (driver.StepUpdater): the record exists, so no scan of the server
+	// is needed to find it.
+	update bool
 }
 
 // runSteps runs a deposit's steps, parking it while another process holds
 // the key's lease: it waits (holding no request slot) and looks again, until
 // that process settles the key or its lease expires.
-func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
+func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, src source, drain <-chan struct{}, outs *outcomes, pre ahead) (Result, *ending, error) {
 	waiting := false
 	defer func() {
 		if waiting && c.hooks.OnLeaseWait != nil {
@@ -93,7 +97,7 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 		}
 	}()
 	for n := 0; ; n++ {
-		res, end, err := c.runStepsOnce(ctx, k, dir, drain, outs, pre)
+		res, end, err := c.runStepsOnce(ctx, k, src, drain, outs, pre)
 		var leased errLeasedElsewhere
 		if !errors.As(err, &leased) {
 			return res, end, err
@@ -117,9 +121,9 @@ func (c *Client) runSteps(ctx context.Context, k canonical.Keyed, dir string, dr
 // answered from the store without a request. The rest run under the key's
 // lease, claimed with the deposit's intent; a lease another process holds
 // is returned as errLeasedElsewhere, before anything is sent.
-func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}, outs *outcomes, pre ahead) (_ Result, _ *ending, err error) {
-	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs}
-	steps, err := c.stepsOf(k, dir)
+func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, src source, drain <-chan struct{}, outs *outcomes, pre ahead) (_ Result, _ *ending, err error) {
+	r := &runDeposit{c: c, key: k.Key, drain: drain, res: Result{Key: k.Key}, outs: outs, update: src.update != nil}
+	steps, err := c.stepsOf(k, src)
 	if errors.Is(err, ErrStopRun) {
 		return r.res, r.end, err
 	} else if err != nil {
@@ -166,7 +170,7 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, dir string
 	if err != nil {
 		return r.res, r.end, err
 	}
-	if steps, err = r.keptSteps(k, dir, steps, primaryBody); err != nil {
+	if steps, err = r.keptSteps(k, src, steps, primaryBody); err != nil {
 		return r.res, r.end, err
 	}
 	if err := r.runFrom(ctx, steps, p); err != nil {
@@ -374,12 +378,12 @@ func (r *runDeposit) resumeClaimed(got dedup.Claimed, p *resume) ([]byte, error)
 // deposit sends what it first sent, whatever the payload given now holds
 // beside its key (a regenerated Crossref file's clock); steps when nothing
 // was kept.
-func (r *runDeposit) keptSteps(k canonical.Keyed, dir string, steps []step, kept []byte) ([]step, error) {
+func (r *runDeposit) keptSteps(k canonical.Keyed, src source, steps []step, kept []byte) ([]step, error) {
 	if len(kept) == 0 || bytes.Equal(kept, k.Body) {
 		return steps, nil
 	}
 	k.Body = kept
-	again, err := r.c.stepsOf(k, dir)
+	again, err := r.c.stepsOf(k, src)
 	if err != nil {
 		if !errors.Is(err, ErrStopRun) {
 			err = fmt.Errorf("%w: the payload an earlier attempt kept: %w", ErrInvalid, err)

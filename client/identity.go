@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,4 +196,13 @@ func Identify(k *canonical.Keyed, identity []string, versionPointer string) erro
 		return err
 	}
 	return id.name(k)
+}
+
+// updateKey is the deposit key of the steps that apply version (a content
+// key) to object as its nth update: the same for every attempt of that
+// update, after a restart too, and another for the same version applied
+// again later (an allowed revert).
+func updateKey(object string, nth int, version string) string {
+	sum := sha256.Sum256([]byte("update\x00" + object + "\x00" + strconv.Itoa(nth) + "\x00" + version))
+	return hex.EncodeToString(sum[:])
 }

@@ -45,19 +45,22 @@ const maxUpdateRounds = 4
 // objectRun is the state of one deposit of an object.
 type objectRun struct {
 	c      *Client
-	up     driver.Updater
+	rd     driver.ObjectReader
 	store  objectStore
 	k      canonical.Keyed
 	drain  <-chan struct{}
 	target string // the store target of the object's rows
 	res    Result
+	// held is the record as last read (reconcile): what an update by
+	// steps is built from.
+	held driver.ObjectState
 }
 
 // depositObject deposits k, a payload that names an object, parking while
 // another process holds the object's lease.
 func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
 	for n := 0; ; n++ {
-		o := &objectRun{c: c, up: c.updater, store: c.objects, k: k, drain: drain, target: c.target.Name(),
+		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, drain: drain, target: c.target.Name(),
 			res: Result{Key: k.Key, Object: k.Object}}
 		err := o.run(ctx)
 		var leased errLeasedElsewhere
@@ -232,7 +235,7 @@ func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
 func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	ck := o.k
 	ck.Key, ck.Version = o.k.Object, o.k.Key
-	res, _, err := o.c.deposit(ctx, ck, "", o.drain, nil, ahead{})
+	res, _, err := o.c.deposit(ctx, ck, source{}, o.drain, nil, ahead{})
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
 	o.res.Recovered = res.Recovered
@@ -290,8 +293,12 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 	if err != nil {
 		return c.storeError(err)
 	}
+	if su, ok := o.rd.(driver.StepUpdater); ok {
+		return o.updateBySteps(ctx, su, obj)
+	}
+	up := o.rd.(driver.Updater)
 	tag := obj.Tag
-	rb, readFirst := o.up.(driver.ReadBeforeUpdate)
+	rb, readFirst := up.(driver.ReadBeforeUpdate)
 	readFirst = readFirst && rb.ReadsBeforeUpdate()
 	for round := range maxUpdateRounds {
 		if tag == "" || readFirst {
@@ -304,7 +311,7 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 				return o.fail(ctx, &HTTPError{Problem: "the server names no tag (ETag, revision) for the record's version, so it cannot be updated on a condition; not sent"})
 			}
 		}
-		req, err := o.up.Update(o.k, tag)
+		req, err := up.Update(o.k, tag)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
@@ -314,7 +321,7 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 		// Sent on no condition, an update whose answer was lost is not
 		// sent again as it is: the read of the next round settles it
 		// (this content there: updated), and only then is it resent.
-		a, cls, err := x.do(ctx, req, !readFirst, func(a answer) verdict { v = o.up.JudgeUpdate(a); return v })
+		a, cls, err := x.do(ctx, req, !readFirst, func(a answer) verdict { v = up.JudgeUpdate(a); return v })
 		o.res.Requests += x.requests
 		o.res.Retries += x.retries
 		if err != nil {
@@ -352,6 +359,47 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 	return fmt.Errorf("%w: the record of object %s moved to another version %d times while it was updated; run again", ErrUnresolved, o.k.Object, maxUpdateRounds)
 }
 
+// updateBySteps applies the payload to the object's record by the steps
+// of a driver.StepUpdater, run as a deposit's are, once a read shows the
+// record holding the version the store recorded; the update's intent is
+// obj.Pending.
+func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
+	obj, done, err := o.reconcile(ctx, obj)
+	if done || err != nil {
+		return err
+	}
+	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held}
+	src := source{update: func(k canonical.Keyed) ([]step, error) {
+		// The payload's own Keyed, with the body the steps' intent kept.
+		uk := o.k
+		uk.Body = k.Body
+		return su.UpdateSteps(uk, u)
+	}}
+	dk := o.k
+	dk.Key = u.Key
+	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
+	o.res.Requests += res.Requests
+	o.res.Retries += res.Retries
+	o.res.Status = res.Status
+	if err != nil {
+		var herr *HTTPError
+		if errors.Is(err, ErrTerminal) && errors.As(err, &herr) {
+			// Recorded against the version too, so that a re-run answers
+			// it from the store as any refused version.
+			if _, ferr := o.store.FailVersion(context.WithoutCancel(ctx), o.target, o.k.Object, o.k.Key,
+				dedup.Failure{Status: herr.StatusCode, Problem: cmp.Or(herr.Problem, err.Error())}); ferr != nil {
+				return o.c.storeError(ferr)
+			}
+		}
+		return err
+	}
+	if _, err := o.apply(ctx, o.k, "", res.Identifier); err != nil {
+		return err
+	}
+	o.res.Outcome = OutcomeUpdated
+	return nil
+}
+
 // reconcile reads the record before an update is sent on its tag: holding
 // this payload, an earlier attempt of the update took effect (done);
 // holding a version this object is known to have had, that version and
@@ -365,6 +413,7 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 	if !found {
 		return obj, true, o.gone(ctx)
 	}
+	o.held = state
 	held, err := o.heldVersion(state)
 	if err != nil {
 		return obj, true, err
@@ -405,7 +454,7 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 // when there is none.
 func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) {
 	c := o.c
-	req, err := o.up.ReadObject(o.k)
+	req, err := o.rd.ReadObject(o.k)
 	if err != nil {
 		return driver.ObjectState{}, false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -416,7 +465,7 @@ func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) 
 		f     finding
 	)
 	a, cls, err := x.do(ctx, req, true, func(a answer) verdict {
-		state, f = o.up.JudgeRead(a)
+		state, f = o.rd.JudgeRead(a)
 		if f.Kind == driver.Unknown {
 			return verdict{Class: unusableLook(f.Class), Problem: f.Problem}
 		}
@@ -520,11 +569,18 @@ func (o *objectRun) fail(ctx context.Context, herr *HTTPError) error {
 // errIdentityDataset refuses a dataset deposit with an identity.
 var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) does not yet apply to datasets: their files would need updating too", ErrInvalid)
 
-// updaterOf is the target's and the store's parts for objects, or a
-// configuration error naming what cannot take an identity.
-func updaterOf(drv driver.Driver, store Store) (driver.Updater, error) {
-	up, ok := drv.(driver.Updater)
-	if !ok {
+// updaterOf is the target's and the store's parts for objects (a
+// driver.Updater or a driver.StepUpdater), or a configuration error naming
+// what cannot take an identity.
+func updaterOf(drv driver.Driver, store Store) (driver.ObjectReader, error) {
+	var up driver.ObjectReader
+	switch d := drv.(type) {
+	case driver.StepUpdater:
+		up = d
+	case driver.Updater:
+		up = d
+	}
+	if up == nil {
 		return nil, fmt.Errorf("%w: the target %s cannot update a record in place on a condition, so it takes no identity (Config.Identity)", ErrConfig, drv.Name())
 	}
 	if _, ok := store.(objectStore); !ok {

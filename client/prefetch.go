@@ -229,7 +229,7 @@ func (a *lookAhead) answer(jobs []job) (missed int) {
 	_, seeds := seederOf(c.target)
 	a.steps, a.queries, a.asks, a.recs, a.missed = a.steps[:0], a.queries[:0], a.asks[:0], a.recs[:0], a.missed[:0]
 	for i, j := range jobs {
-		ss, err := c.stepsOf(*j.k, "")
+		ss, err := c.stepsOf(*j.k, source{})
 		if err != nil {
 			ss = nil // the engine reports it
 		}

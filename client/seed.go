@@ -105,7 +105,7 @@ func (p pagedSeeder) page(n, seen int) *driver.ScanLook {
 // deposit the store knows nothing of. Its requests count as the deposit's.
 func (r *runDeposit) prepare(ctx context.Context, k canonical.Keyed, steps []step) error {
 	sd, ok := seederOf(r.c.target)
-	if !ok || len(steps) == 0 {
+	if !ok || len(steps) == 0 || r.update {
 		return nil
 	}
 	if err := r.recheck(ctx, k, steps); err != nil {

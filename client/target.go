@@ -24,12 +24,27 @@ type Target interface {
 	Driver() (driver.Driver, error)
 }
 
-// stepsOf is the target's steps for k. A payload that is not a document
+// source is where a deposit's steps come from: the target's steps for a
+// payload (dir is the base folder of a dataset's files, "" for a record),
+// or, with update set, the steps of an object's update
+// (driver.StepUpdater), given the payload.
+type source struct {
+	dir    string
+	update func(k canonical.Keyed) ([]step, error)
+}
+
+// stepsOf is the target's steps for k, from src. A payload that is not a document
 // is refused for every target when it is keyed (KeyPayload), and here
 // again for the body an earlier attempt kept (keptSteps); the target's own
 // check refuses what a record does not take (an array).
-func (c *Client) stepsOf(k canonical.Keyed, dir string) ([]step, error) {
-	steps, err := c.target.Steps(k, dir)
+func (c *Client) stepsOf(k canonical.Keyed, src source) ([]step, error) {
+	var steps []step
+	var err error
+	if src.update != nil {
+		steps, err = src.update(k)
+	} else {
+		steps, err = c.target.Steps(k, src.dir)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ import "github.com/depositkit/deposit/canonical"
 // none is an Updater only as a [ReadBeforeUpdate], which reads the record
 // before every update.
 type Updater interface {
+	ObjectReader
 	// Update is the request that replaces the record of object k.Object
 	// with k's content, on the condition that the server holds the
 	// version tagged tag; tag is never "" (the engine reads first), but
@@ -44,6 +45,12 @@ type Updater interface {
 	// JudgeUpdate classifies an answer to Update (see above). It must be
 	// a pure function of the answer, like [Step.Judge].
 	JudgeUpdate(a Answer) Verdict
+}
+
+// ObjectReader reads an object's record, as every target that takes an
+// identity must: to settle an update whose answer was lost, and to learn
+// the version a record holds when the store does not know it.
+type ObjectReader interface {
 	// ReadObject is the request that reads the record of object
 	// k.Object as the server holds it now.
 	ReadObject(k canonical.Keyed) (Request, error)
@@ -79,4 +86,50 @@ type ObjectState struct {
 // between the read and the update: the page of such a target must say so.
 type ReadBeforeUpdate interface {
 	ReadsBeforeUpdate() bool
+}
+
+// StepUpdater is a target whose update of a record takes several writes
+// (InvenioRDM's edit: open the record's edit draft, save the new metadata
+// in it, publish it; Dataverse's draft version, its files, its
+// publication), none of them conditional on the version the record holds.
+// A target is an Updater or a StepUpdater, not both.
+//
+// The engine reads the record before every update, as for a
+// [ReadBeforeUpdate], and goes on only while it holds the version the
+// store recorded (by [ObjectState.Version], or by keying its body). It
+// then runs the steps UpdateSteps returns as it runs a deposit's: in
+// order, each guarded by its own store row (its intent before its first
+// request, its Check before a request that may have taken effect is sent
+// again, answered from the store on a re-run), under the object's lease.
+// Once the primary step is confirmed, the object holds k's version, and
+// the primary step's identifier is the record's from then on (the record
+// of a new version, or the same one).
+//
+// An update's steps are keyed by [ObjectUpdate.Key], one per application
+// of a version to the object, under store targets of the driver's own
+// ([Driver.StepTargets]), never [Driver.Name]: an update makes no new
+// deposit. Their requests should carry k's version marker, so that a read
+// of the record after a lost answer, or after a lost store, tells the
+// version applied. A step that finds what only another writer can have
+// made (an edit draft without this object's marker) says so as [Foreign]
+// rather than taking it over.
+type StepUpdater interface {
+	ObjectReader
+	// UpdateSteps returns the steps that apply k's content (k.Key is its
+	// content key, k.Object the object's key) to the object's record.
+	UpdateSteps(k canonical.Keyed, u ObjectUpdate) ([]Step, error)
+}
+
+// ObjectUpdate is what a [StepUpdater]'s update is built from.
+type ObjectUpdate struct {
+	// Key is the deposit key of the update's step rows: one per
+	// application of a version (a version applied again, after an
+	// allowed revert, has a key of its own).
+	Key string
+	// Record is the identifier of the object's record, as the store
+	// holds it: the primary step's of its last update, or its create's.
+	Record string
+	// Held is the record as the engine read it just before: it holds the
+	// version the store recorded.
+	Held ObjectState
 }
