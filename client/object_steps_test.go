@@ -33,7 +33,9 @@ func (s stagedPut) commit() string { return driver.StepTarget(s.Name(), "commit"
 
 func (s stagedPut) StepTargets() []string { return []string{s.stage(), s.commit()} }
 
-func (s stagedPut) ReadObject(k canonical.Keyed) (driver.Request, error) { return s.reader.ReadObject(k) }
+func (s stagedPut) ReadObject(k canonical.Keyed) (driver.Request, error) {
+	return s.reader.ReadObject(k)
+}
 
 func (s stagedPut) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
 	return s.reader.JudgeRead(a)
