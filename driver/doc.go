@@ -213,7 +213,12 @@
 //     ([Conflict]: the engine reads the record with ReadObject, keys the
 //     payload JudgeRead gives, and settles, retries on the tag read, or
 //     reports another writer's change). A server with no precondition
-//     cannot be an Updater: its updates would overwrite blindly.
+//     is an Updater only as a [ReadBeforeUpdate], read before every
+//     update.
+//   - [StepUpdater]: the target takes an identity, and an update of a
+//     record is several steps (an edit draft opened, saved, published),
+//     run as a deposit's are once a read shows the record holding the
+//     version the store recorded.
 //
 // Each is checked by a type assertion on the Driver value, so a method
 // misnamed silently turns its capability off: assert it where the driver
