@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -78,7 +79,8 @@ func Marker(key string) string { return markerPrefix + key }
 //     attributes and the marker among the tags. After an ambiguous answer
 //     it is looked for before it is sent again, by
 //     GET /v2/users/me/nodes/?filter[tags]=MARKER.
-//  2. one step per file: PUT {Files}/v1/resources/{node}/providers/osfstorage/?kind=file&name=NAME.
+//  2. one step per file, named by the last element of its path (the files
+//     go to the top folder: two files of one name are refused): PUT {Files}/v1/resources/{node}/providers/osfstorage/?kind=file&name=NAME.
 //     A 409 names the file that holds the name: ours if its SHA-256 is
 //     the file's, else the deposit fails. After an ambiguous answer the
 //     folder is listed before it is sent again.
@@ -247,11 +249,14 @@ func (d *osf) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 		return nil, err
 	}
 	steps := []driver.Step{d.nodeStep(k.Key, marker, body)}
+	names := map[string]string{}
 	for _, f := range files {
-		if strings.Contains(f.Path, "/") {
-			return nil, fmt.Errorf("osf: file %q is in a folder: this target uploads a dataset's files to the top of the project's OSF Storage only", f.Path)
+		name := path.Base(f.Path)
+		if other, ok := names[name]; ok {
+			return nil, fmt.Errorf("osf: files %q and %q have one name: this target uploads a dataset's files to the top folder of OSF Storage, by name", other, f.Path)
 		}
-		steps = append(steps, d.fileStep(k.Key, f, filepath.Join(dir, filepath.FromSlash(f.Path))))
+		names[name] = f.Path
+		steps = append(steps, d.fileStep(k.Key, name, f, filepath.Join(dir, filepath.FromSlash(f.Path))))
 	}
 	if d.public {
 		steps = append(steps, d.publicStep(k.Key))
@@ -447,8 +452,7 @@ type wbFile struct {
 }
 
 // fileStep uploads one file to the top folder; see Target.
-func (d *osf) fileStep(key string, f driver.DatasetFile, local string) driver.Step {
-	name := f.Path
+func (d *osf) fileStep(key, name string, f driver.DatasetFile, local string) driver.Step {
 	ours := func(e wbFile) bool {
 		return e.Attributes.Kind == "file" && e.Attributes.Name == name && strings.EqualFold(e.Attributes.Extra.Hashes.SHA256, f.SHA256)
 	}
