@@ -37,7 +37,11 @@ a Dataverse native API stub under {URL}/api (one collection, root; datasets,
 files, publish under a finalizePublication lock held --publish-lag, a search
 lagging by --index-lag, the contents listing) for trying --protocol
 dataverse --endpoint {URL} --collection root; it asks for the API token in
-DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
+DEPOSIT_AUTHORIZATION only when that is set. Under osf it is a stub of OSF's
+API v2 under {URL}/v2 (nodes tagged and listed, made public, DOIs) and of
+WaterButler's OSF Storage under {URL}/v1/resources (uploads by name, 409 for
+a name taken) for trying --protocol osf --endpoint {URL}/v2; it asks for the
+token in DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
 a stub of Crossref's deposit system (POST {URL}/servlet/deposit queues an
 upload for --queue-delay, then processes it; results by file name at
 {URL}/servlet/submissionDownload, the XML query at {URL}/servlet/query) for
@@ -68,12 +72,13 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		indexLag   time.Duration
 		rateLimit  float64
 		publishLag time.Duration
+		listLag    time.Duration
 		queue      time.Duration
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|dataverse|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--publish-lag DUR] [--rate-limit N] [--queue-delay DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|dataverse|osf|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--publish-lag DUR] [--list-lag DUR] [--rate-limit N] [--queue-delay DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio, dataverse or crossref")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio, dataverse, osf or crossref")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
@@ -81,6 +86,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
 	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio, dataverse: how long a write takes to show in search")
 	c.fs.DurationVar(&publishLag, "publish-lag", 0, "dataverse: how long a publication holds its finalizePublication lock before the version is released")
+	c.fs.DurationVar(&listLag, "list-lag", 0, "osf: how long a new node takes to show in the user's node listing (OSF's shows it at once)")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
 	c.fs.DurationVar(&queue, "queue-delay", time.Second, "crossref: how long an upload waits queued, and then as long in process, before its result")
 	c.fs.Float64Var(&rateLimit, "rate-limit", 0, "put, idempotency-key: accept `N` writes a second and answer 429 with Retry-After: 1 above that; 0 accepts every write")
@@ -99,7 +105,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if protocol == "crossref" {
 		h, err = newCrossref(repotest.CrossrefConfig{Faults: faults, Seed: seed, Latency: latency, QueueDelay: queue, ProcessDelay: queue}, s.getenv)
 	} else {
-		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, stubTimes{indexLag: indexLag, publishLag: publishLag}, s.getenv)
+		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, stubTimes{indexLag: indexLag, publishLag: publishLag, listLag: listLag}, s.getenv)
 	}
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
@@ -189,7 +195,7 @@ func faultKinds(byKind map[string]int64) string {
 
 // stubTimes are the lags of the InvenioRDM and Dataverse stubs.
 type stubTimes struct {
-	indexLag, publishLag time.Duration
+	indexLag, publishLag, listLag time.Duration
 }
 
 // newRepository returns the repository of protocol; cfg holds the settings
@@ -201,6 +207,11 @@ func newRepository(protocol string, cfg repotest.Config, times stubTimes, getenv
 		d, err := repotest.NewDataverse(repotest.DataverseConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
 			IndexLag: indexLag, PublishLag: times.publishLag, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))})
 		return dataverseRepository{d}, err
+	}
+	if protocol == "osf" {
+		o, err := repotest.NewOSF(repotest.OSFConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
+			ListLag: times.listLag, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))})
+		return osfRepository{o}, err
 	}
 	if protocol == "invenio" {
 		token := strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))
@@ -271,6 +282,16 @@ func (r dataverseRepository) counters() string {
 }
 
 func (r dataverseRepository) stats() any { return r.Stats() }
+
+type osfRepository struct{ *repotest.OSF }
+
+func (r osfRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d nodes created, %d duplicate markers, %d files, %d versions added, %d names refused, %d made public, %d DOIs, %d faults injected%s",
+		st.Requests, st.Nodes, st.DuplicateMarkers, st.Files, st.Versions, st.Conflicts, st.Publics, st.DOIs, st.Faults, faultKinds(st.FaultsByKind))
+}
+
+func (r osfRepository) stats() any { return r.Stats() }
 
 type dataciteRepository struct{ *repotest.DataCite }
 

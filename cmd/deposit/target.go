@@ -21,6 +21,7 @@ import (
 	"github.com/depositkit/deposit/target/dataverse"
 	"github.com/depositkit/deposit/target/idempotencykey"
 	"github.com/depositkit/deposit/target/invenio"
+	"github.com/depositkit/deposit/target/osf"
 	"github.com/depositkit/deposit/target/put"
 	"github.com/depositkit/deposit/target/s3"
 	"github.com/depositkit/deposit/target/webdav"
@@ -44,6 +45,10 @@ type targetFlags struct {
 	collection string
 	ingest     bool
 	lockWait   time.Duration
+	// filesEndpoint, parent, public and doi are the OSF target's.
+	filesEndpoint string
+	parent        string
+	public, doi   bool
 }
 
 // targetSpec is what the command line knows of one target. Adding a target
@@ -231,6 +236,30 @@ var targetSpecs = map[string]targetSpec{
 			}
 			if status == http.StatusNotFound {
 				return "check --endpoint (the installation's root, such as https://demo.dataverse.org) and --collection"
+			}
+			return ""
+		},
+	},
+	protocol.OSF: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			return osf.Target{Endpoint: f.endpoint, Files: f.filesEndpoint, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")),
+				Parent: f.parent, Public: f.public, DOI: f.doi, SettleTime: f.settle}, nil
+		},
+		flags: []string{"files-endpoint", "parent", "public", "doi", "settle"}, storesFiles: true, endpointOptional: true,
+		// The token goes in Authorization as a bearer token, which the
+		// target sets itself.
+		authorize: func(endpoint string, _ http.Header, getenv func(string) string) error {
+			if strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")) == "" && !loopback(cmp.Or(endpoint, osf.DefaultEndpoint)) {
+				return errors.New("osf: set DEPOSIT_AUTHORIZATION to your personal access token (scope osf.full_write)")
+			}
+			return nil
+		},
+		hint: func(status int) string {
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				return "check DEPOSIT_AUTHORIZATION: a personal access token with the osf.full_write scope (and write access to --parent)"
+			}
+			if status == http.StatusNotFound {
+				return "check --endpoint (the API root, such as https://api.osf.io/v2), --files-endpoint and --parent"
 			}
 			return ""
 		},
