@@ -65,6 +65,7 @@ type runOptions struct {
 	collection    string
 	ingest        bool
 	lockWait      time.Duration
+	minPartSize   int64
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
@@ -122,7 +123,8 @@ const runNotes = `Environment:
   DEPOSIT_ENDPOINT       used when --endpoint is not given
   DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it);
                          under --protocol invenio a bare token is sent as Bearer;
-                         under dataverse it is the API token (X-Dataverse-key)
+                         under dataverse it is the API token (X-Dataverse-key);
+                         under figshare the personal token (Authorization: token)
   DEPOSIT_KEY_SECRET     makes Idempotency-Key values (invenio: markers) an HMAC
                          under this secret
   DATACITE_REPOSITORY_ID, DATACITE_PASSWORD
@@ -172,7 +174,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	c := newCommand("run", "deposit run --endpoint URL [flags] FILE|-", runAbout, runNotes)
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
-	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs), invenio (InvenioRDM, Zenodo; endpoint: the API root), dataverse (endpoint: the installation's root) or crossref (DOI deposits; endpoint: the deposit servlet, default Crossref's test system; see docs/targets/crossref.md)")
+	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs), invenio (InvenioRDM, Zenodo; endpoint: the API root), dataverse (endpoint: the installation's root), figshare (endpoint: the API root) or crossref (DOI deposits; endpoint: the deposit servlet, default Crossref's test system; see docs/targets/crossref.md)")
 	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see docs/design.md)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
@@ -199,10 +201,11 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
-	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse: how long the search index may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
+	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse, figshare: how long the search index may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s; figshare 10s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
 	fs.StringVar(&o.collection, "collection", "", "dataverse: the `ALIAS` of the collection datasets are created in (required under dataverse)")
 	fs.BoolVar(&o.ingest, "ingest", false, "dataverse: let Dataverse ingest tabular files (renamed .tab); off by default")
+	fs.Int64Var(&o.minPartSize, "min-part-size", 0, "figshare: the smallest part, in bytes, Figshare's upload service splits a file into but the last (default 5 MiB)")
 	fs.DurationVar(&o.lockWait, "lock-wait", 0, "dataverse: how long a run waits for a dataset's lock (a publication finishing) before leaving it unresolved as stuck (default 10m)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -312,7 +315,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
 		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
-		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait}, s.getenv)
+		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait, minPartSize: o.minPartSize}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}

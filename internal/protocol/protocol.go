@@ -21,6 +21,7 @@ const (
 	Invenio        = "invenio"
 	Crossref       = "crossref"
 	Dataverse      = "dataverse"
+	Figshare       = "figshare"
 )
 
 // RecheckSuffix ends the protocol part of a store target whose rows are
@@ -64,7 +65,7 @@ func Step(target string) (proto, step, rest string) {
 
 // Names returns every protocol name, in the order help texts give them.
 func Names() []string {
-	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse, Crossref}
+	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse, Figshare, Crossref}
 }
 
 // Parse returns the protocol named s; "" is Put.

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -221,15 +222,18 @@ func (d *fs) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 		return nil, err
 	}
 	steps := []driver.Step{d.articleStep(k.Key, marker, body)}
+	names := map[string]string{}
 	for _, f := range files {
-		if strings.Contains(f.Path, "/") {
-			return nil, fmt.Errorf("figshare: file %q is in a folder, but an article's files have names only", f.Path)
+		name := path.Base(f.Path)
+		if other, taken := names[name]; taken {
+			return nil, fmt.Errorf("figshare: files %q and %q have one name, %q: an article's files have names only, no folders", other, f.Path, name)
 		}
+		names[name] = f.Path
 		md5 := k.MD5[f.Path]
 		if md5 == "" {
 			return nil, fmt.Errorf("figshare: no MD5 for file %q (the keyer must be made WithFileMD5)", f.Path)
 		}
-		fl := &fileSteps{d: d, key: k.Key, f: f, md5: md5, at: len(steps), local: filepath.Join(dir, filepath.FromSlash(f.Path))}
+		fl := &fileSteps{d: d, key: k.Key, f: f, name: name, md5: md5, at: len(steps), local: filepath.Join(dir, filepath.FromSlash(f.Path))}
 		steps = append(steps, fl.steps()...)
 	}
 	return append(steps, d.publishStep(k.Key)), nil
@@ -422,6 +426,7 @@ type fileSteps struct {
 	d     *fs
 	key   string
 	f     driver.DatasetFile
+	name  string // on Figshare: the path's last element
 	md5   string
 	at    int // index of the initiate step; the article's is 0
 	local string
@@ -460,7 +465,7 @@ func (fl *fileSteps) layout(prior []string) uploadLayout {
 
 // initiate starts the file's upload.
 func (fl *fileSteps) initiate() driver.Step {
-	body, _ := json.Marshal(map[string]any{"name": fl.f.Path, "size": fl.f.Size, "md5": fl.md5})
+	body, _ := json.Marshal(map[string]any{"name": fl.name, "size": fl.f.Size, "md5": fl.md5})
 	return driver.Step{
 		Label: fl.label(""), Target: fl.d.target("file"), Key: fl.key + " " + fl.f.Path, Durable: true,
 		Build: func(prior []string) (driver.Request, error) {
@@ -492,7 +497,7 @@ func (fl *fileSteps) initiate() driver.Step {
 				}
 				var ids []string
 				for _, e := range list {
-					if e.Name == fl.f.Path && e.Size == fl.f.Size && strings.EqualFold(e.SuppliedMD5, fl.md5) {
+					if e.Name == fl.name && e.Size == fl.f.Size && strings.EqualFold(e.SuppliedMD5, fl.md5) {
 						ids = append(ids, e.ID.String())
 					}
 				}
