@@ -26,6 +26,7 @@ import (
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/internal/sqlitefile"
 	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/figshare"
 	"github.com/depositkit/deposit/target/invenio"
 )
 
@@ -186,7 +187,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
-	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite and %g under invenio)", datacite.Rate, invenio.Rate))
+	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite, %g under invenio and %g under figshare)", datacite.Rate, invenio.Rate, figshare.Rate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
 	fs.DurationVar(&o.endOutage, "endpoint-outage", client.DefaultEndpointOutage, "how long an endpoint that answered earlier and then refuses connections (a server restarting) is waited out before the run stops with exit 3; 0 means not at all")
