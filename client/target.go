@@ -11,7 +11,7 @@ import (
 
 // Target is where deposits go and how each one becomes requests: the
 // Target of one of the packages under target (put, idempotencykey, webdav,
-// s3, couchdb, datacite, invenio, dataverse, crossref, osf), each a struct of
+// s3, couchdb, datacite, invenio, dataverse, crossref, osf, figshare), each a struct of
 // its own options, or a
 // target of any package written against the step contract of package
 // driver. A target turns a

@@ -26,6 +26,7 @@ import (
 	"github.com/depositkit/deposit/internal/protocol"
 	"github.com/depositkit/deposit/internal/sqlitefile"
 	"github.com/depositkit/deposit/target/datacite"
+	"github.com/depositkit/deposit/target/figshare"
 	"github.com/depositkit/deposit/target/invenio"
 	"github.com/depositkit/deposit/target/osf"
 )
@@ -69,6 +70,7 @@ type runOptions struct {
 	filesEndpoint string
 	parent        string
 	public, doi   bool
+	minPartSize   int64
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
@@ -127,7 +129,8 @@ const runNotes = `Environment:
   DEPOSIT_AUTHORIZATION  sent as the Authorization header (--header overrides it);
                          under --protocol invenio a bare token is sent as Bearer;
                          under dataverse it is the API token (X-Dataverse-key);
-                         under osf the personal access token (sent as Bearer)
+                         under osf the personal access token (sent as Bearer);
+                         under figshare the personal token (Authorization: token)
   DEPOSIT_KEY_SECRET     makes Idempotency-Key values (invenio: markers) an HMAC
                          under this secret
   DATACITE_REPOSITORY_ID, DATACITE_PASSWORD
@@ -177,7 +180,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	c := newCommand("run", "deposit run --endpoint URL [flags] FILE|-", runAbout, runNotes)
 	fs := c.fs
 	fs.StringVar(&o.endpoint, "endpoint", "", "collection `URL` of the repository (default $DEPOSIT_ENDPOINT)")
-	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs), invenio (InvenioRDM, Zenodo; endpoint: the API root), dataverse (endpoint: the installation's root), osf (endpoint: the API root, default OSF's) or crossref (DOI deposits; endpoint: the deposit servlet, default Crossref's test system; see docs/targets/crossref.md)")
+	fs.StringVar(&o.protocol, "protocol", "put", "write protocol: put (conditional PUT {endpoint}/{key}), idempotency-key (POST with Idempotency-Key), webdav, s3 (endpoint: the bucket URL), couchdb (endpoint: the database URL), datacite (DOIs), invenio (InvenioRDM, Zenodo; endpoint: the API root), dataverse (endpoint: the installation's root), osf (endpoint: the API root, default OSF's), figshare (endpoint: the API root) or crossref (DOI deposits; endpoint: the deposit servlet, default Crossref's test system; see docs/targets/crossref.md)")
 	fs.StringVar(&o.db, "db", "deposit.db", "dedup store: a SQLite `FILE`, created if missing, or a postgres:// URL (see docs/design.md)")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
@@ -189,7 +192,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.idPointer, "id-pointer", "", "JSON `POINTER` of the identifier in a create answer (default /identifier under put; /id, then /identifier under idempotency-key)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", client.DefaultRetry.MaxAttempts, "attempts per request, the first included; 1 means no retries")
 	fs.DurationVar(&o.maxElapsed, "max-elapsed", client.DefaultRetry.MaxElapsed, "time budget for retrying one item")
-	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite, %g under invenio and %d under osf)", datacite.Rate, invenio.Rate, osf.DefaultRate))
+	fs.Var(&o.rate, "rate", fmt.Sprintf("requests per second, fractions allowed (2.5); 0 means unlimited (default: unlimited, except %g under datacite, %g under invenio, %d under osf and %g under figshare)", datacite.Rate, invenio.Rate, osf.DefaultRate, figshare.Rate))
 	fs.BoolVar(&o.retryFailed, "retry-failed", false, "re-send items recorded as failed (after fixing something server-side)")
 	fs.DurationVar(&o.storeOutage, "store-outage", 0, "how long an outage of --db (a restart, a lost connection, a store that stops answering) is waited out before the run stops with exit 3; 0 means half of --lease")
 	fs.DurationVar(&o.endOutage, "endpoint-outage", client.DefaultEndpointOutage, "how long an endpoint that answered earlier and then refuses connections (a server restarting) is waited out before the run stops with exit 3; 0 means not at all")
@@ -204,7 +207,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
-	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse, osf: how long the search index (osf: the node listing) may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s; osf 2s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
+	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse, osf, figshare: how long the search index (osf: the node listing) may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s; osf 2s; figshare 10s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
 	fs.StringVar(&o.collection, "collection", "", "dataverse: the `ALIAS` of the collection datasets are created in (required under dataverse)")
 	fs.BoolVar(&o.ingest, "ingest", false, "dataverse: let Dataverse ingest tabular files (renamed .tab); off by default")
@@ -212,6 +215,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.parent, "parent", "", "osf: create components under the node of this `ID` rather than projects")
 	fs.BoolVar(&o.public, "public", false, "osf: make each node public once its files are up")
 	fs.BoolVar(&o.doi, "doi", false, "osf: mint a DOI for each node (made public first); the deposit's identifier is then the DOI")
+	fs.Int64Var(&o.minPartSize, "min-part-size", 0, "figshare: the smallest part, in bytes, Figshare's upload service splits a file into but the last (default 5 MiB)")
 	fs.DurationVar(&o.lockWait, "lock-wait", 0, "dataverse: how long a run waits for a dataset's lock (a publication finishing) before leaving it unresolved as stuck (default 10m)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -322,7 +326,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
 		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait,
-		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi}, s.getenv)
+		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi, minPartSize: o.minPartSize}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}

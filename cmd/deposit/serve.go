@@ -41,8 +41,12 @@ DEPOSIT_AUTHORIZATION only when that is set. Under osf it is a stub of OSF's
 API v2 under {URL}/v2 (nodes tagged and listed, made public, DOIs) and of
 WaterButler's OSF Storage under {URL}/v1/resources (uploads by name, 409 for
 a name taken) for trying --protocol osf --endpoint {URL}/v2; it asks for the
-token in DEPOSIT_AUTHORIZATION only when that is set. Under crossref it is
-a stub of Crossref's deposit system (POST {URL}/servlet/deposit queues an
+token in DEPOSIT_AUTHORIZATION only when that is set. Under figshare it is
+a Figshare API v2 stub under {URL}/v2 (private articles, files through an
+upload service in parts of --part-size under {URL}/upload, publish, a search
+lagging by --index-lag) for trying --protocol figshare --endpoint {URL}/v2;
+it asks for the personal token in DEPOSIT_AUTHORIZATION only when that is
+set. Under crossref it is a stub of Crossref's deposit system (POST {URL}/servlet/deposit queues an
 upload for --queue-delay, then processes it; results by file name at
 {URL}/servlet/submissionDownload, the XML query at {URL}/servlet/query) for
 trying --protocol crossref --endpoint {URL}/servlet/deposit; it asks for
@@ -74,20 +78,22 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 		publishLag time.Duration
 		listLag    time.Duration
 		queue      time.Duration
+		partSize   int64
 	)
-	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|dataverse|osf|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--publish-lag DUR] [--list-lag DUR] [--rate-limit N] [--queue-delay DUR]",
+	c := newCommand("serve", "deposit serve [--addr HOST:PORT] [--protocol put|idempotency-key|datacite|invenio|dataverse|osf|figshare|crossref] [--faults SPEC] [--seed N] [--db FILE] [--verify-key] [--latency DUR] [--lock-hold DUR] [--index-lag DUR] [--publish-lag DUR] [--list-lag DUR] [--part-size N] [--rate-limit N] [--queue-delay DUR]",
 		serveAbout, repotest.FaultsHelp+"\n")
 	c.fs.StringVar(&addr, "addr", "127.0.0.1:8080", "listen on `HOST:PORT` (port 0 picks a free one)")
-	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio, dataverse, osf or crossref")
+	c.fs.StringVar(&protocol, "protocol", "put", "put, idempotency-key, datacite, invenio, dataverse, osf, figshare or crossref")
 	c.fs.StringVar(&faults, "faults", "", "fault `SPEC` (grammar below); empty injects none")
 	c.fs.Int64Var(&seed, "seed", 1, "seed of the faults and of the minted identifiers")
 	c.fs.StringVar(&db, "db", "", "keep records in this SQLite `FILE` (they survive a restart); default in memory")
 	c.fs.BoolVar(&verifyKey, "verify-key", false, "put: refuse (422) a PUT whose key is not the SHA-256 of its body")
 	c.fs.DurationVar(&latency, "latency", 0, "delay every create by this long before it commits")
-	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio, dataverse: how long a write takes to show in search")
+	c.fs.DurationVar(&indexLag, "index-lag", time.Second, "invenio, dataverse, figshare: how long a write takes to show in search")
 	c.fs.DurationVar(&publishLag, "publish-lag", 0, "dataverse: how long a publication holds its finalizePublication lock before the version is released")
 	c.fs.DurationVar(&listLag, "list-lag", 0, "osf: how long a new node takes to show in the user's node listing (OSF's shows it at once)")
 	c.fs.DurationVar(&lockHold, "lock-hold", 0, "idempotency-key: hold each key's lock this long before the create commits (a second request meanwhile gets 409, without Retry-After, as IRI answers)")
+	c.fs.Int64Var(&partSize, "part-size", 0, "figshare: the size in bytes of an upload's parts but the last (default 5 MiB)")
 	c.fs.DurationVar(&queue, "queue-delay", time.Second, "crossref: how long an upload waits queued, and then as long in process, before its result")
 	c.fs.Float64Var(&rateLimit, "rate-limit", 0, "put, idempotency-key: accept `N` writes a second and answer 429 with Retry-After: 1 above that; 0 accepts every write")
 	pos, code, ok := c.parse(args, s)
@@ -105,7 +111,7 @@ func serveCmd(ctx context.Context, args []string, s streams) int {
 	if protocol == "crossref" {
 		h, err = newCrossref(repotest.CrossrefConfig{Faults: faults, Seed: seed, Latency: latency, QueueDelay: queue, ProcessDelay: queue}, s.getenv)
 	} else {
-		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, stubTimes{indexLag: indexLag, publishLag: publishLag, listLag: listLag}, s.getenv)
+		h, err = newRepository(protocol, repotest.Config{Faults: faults, Seed: seed, DBPath: db, VerifyKey: verifyKey, Latency: latency, LockHold: lockHold, RateLimit: rateLimit}, stubTimes{indexLag: indexLag, publishLag: publishLag, listLag: listLag, partSize: partSize}, s.getenv)
 	}
 	if errors.Is(err, repotest.ErrConfig) {
 		return c.usageError(s, "%v", err)
@@ -193,9 +199,11 @@ func faultKinds(byKind map[string]int64) string {
 	return b.String()
 }
 
-// stubTimes are the lags of the InvenioRDM and Dataverse stubs.
+// stubTimes are the lags of the InvenioRDM, Dataverse and Figshare stubs,
+// and the Figshare stub's part size.
 type stubTimes struct {
 	indexLag, publishLag, listLag time.Duration
+	partSize                      int64
 }
 
 // newRepository returns the repository of protocol; cfg holds the settings
@@ -212,6 +220,11 @@ func newRepository(protocol string, cfg repotest.Config, times stubTimes, getenv
 		o, err := repotest.NewOSF(repotest.OSFConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
 			ListLag: times.listLag, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))})
 		return osfRepository{o}, err
+	}
+	if protocol == "figshare" {
+		f, err := repotest.NewFigshare(repotest.FigshareConfig{Faults: cfg.Faults, Seed: cfg.Seed, Latency: cfg.Latency,
+			IndexLag: indexLag, PartSize: times.partSize, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))})
+		return figshareRepository{f}, err
 	}
 	if protocol == "invenio" {
 		token := strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION"))
@@ -292,6 +305,16 @@ func (r osfRepository) counters() string {
 }
 
 func (r osfRepository) stats() any { return r.Stats() }
+
+type figshareRepository struct{ *repotest.Figshare }
+
+func (r figshareRepository) counters() string {
+	st := r.Stats()
+	return fmt.Sprintf("%d requests, %d articles created, %d publishes, %d files initiated, %d completed, %d parts stored, %d duplicate markers, %d duplicate files, %d searches, %d faults injected%s",
+		st.Requests, st.Articles, st.Publishes, st.Files, st.Completed, st.Parts, st.DuplicateMarkers, st.DuplicateFiles, st.Searches, st.Faults, faultKinds(st.FaultsByKind))
+}
+
+func (r figshareRepository) stats() any { return r.Stats() }
 
 type dataciteRepository struct{ *repotest.DataCite }
 

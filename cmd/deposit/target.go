@@ -19,6 +19,7 @@ import (
 	"github.com/depositkit/deposit/target/crossref"
 	"github.com/depositkit/deposit/target/datacite"
 	"github.com/depositkit/deposit/target/dataverse"
+	"github.com/depositkit/deposit/target/figshare"
 	"github.com/depositkit/deposit/target/idempotencykey"
 	"github.com/depositkit/deposit/target/invenio"
 	"github.com/depositkit/deposit/target/osf"
@@ -49,6 +50,8 @@ type targetFlags struct {
 	filesEndpoint string
 	parent        string
 	public, doi   bool
+	// minPartSize is the Figshare target's.
+	minPartSize int64
 }
 
 // targetSpec is what the command line knows of one target. Adding a target
@@ -260,6 +263,30 @@ var targetSpecs = map[string]targetSpec{
 			}
 			if status == http.StatusNotFound {
 				return "check --endpoint (the API root, such as https://api.osf.io/v2), --files-endpoint and --parent"
+			}
+			return ""
+		},
+	},
+	protocol.Figshare: {
+		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
+			return figshare.Target{Endpoint: f.endpoint, Token: strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")),
+				SettleTime: f.settle, MinPartSize: f.minPartSize}, nil
+		},
+		flags: []string{"settle", "min-part-size"}, storesFiles: true,
+		// The token goes in "Authorization: token ...", which the target
+		// sets itself, so that no --header replaces it.
+		authorize: func(endpoint string, _ http.Header, getenv func(string) string) error {
+			if strings.TrimSpace(getenv("DEPOSIT_AUTHORIZATION")) == "" && !loopback(endpoint) {
+				return errors.New("figshare: set DEPOSIT_AUTHORIZATION to your personal token")
+			}
+			return nil
+		},
+		hint: func(status int) string {
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				return "check DEPOSIT_AUTHORIZATION: a Figshare personal token (account, Integrations)"
+			}
+			if status == http.StatusNotFound {
+				return "check --endpoint (the API root, such as https://api.figshare.com/v2)"
 			}
 			return ""
 		},

@@ -30,7 +30,7 @@ func TestEveryProtocolHasOneTargetSpec(t *testing.T) {
 			files = append(files, name)
 		}
 	}
-	require.Equal(t, []string{protocol.S3, protocol.CouchDB, protocol.Invenio, protocol.Dataverse, protocol.OSF}, files, "the targets that store a dataset's files")
+	require.Equal(t, []string{protocol.S3, protocol.CouchDB, protocol.Invenio, protocol.Dataverse, protocol.OSF, protocol.Figshare}, files, "the targets that store a dataset's files")
 }
 
 // runFlags names deposit run's flags, as its help lists them.

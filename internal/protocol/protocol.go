@@ -22,6 +22,7 @@ const (
 	Crossref       = "crossref"
 	Dataverse      = "dataverse"
 	OSF            = "osf"
+	Figshare       = "figshare"
 )
 
 // RecheckSuffix ends the protocol part of a store target whose rows are
@@ -65,7 +66,7 @@ func Step(target string) (proto, step, rest string) {
 
 // Names returns every protocol name, in the order help texts give them.
 func Names() []string {
-	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse, OSF, Crossref}
+	return []string{Put, IdempotencyKey, WebDAV, S3, CouchDB, DataCite, Invenio, Dataverse, OSF, Figshare, Crossref}
 }
 
 // Parse returns the protocol named s; "" is Put.
