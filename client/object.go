@@ -366,11 +366,17 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 // record holding the version the store recorded; the update's intent is
 // obj.Pending.
 func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
+	key := updateKey(o.k.Object, obj.Updates+1, o.k.Key)
 	obj, done, err := o.reconcile(ctx, obj)
+	if done && err == nil && o.res.Outcome == OutcomeUpdated {
+		// A killed run's steps took effect: their rows are settled too,
+		// or they would stay pending for good (this key never runs again).
+		return o.settleSteps(ctx, su, driver.ObjectUpdate{Key: key, Record: o.res.Identifier, Held: o.held, Dir: o.dir})
+	}
 	if done || err != nil {
 		return err
 	}
-	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held, Dir: o.dir}
+	u := driver.ObjectUpdate{Key: key, Record: obj.Identifier, Held: o.held, Dir: o.dir}
 	src := source{update: func(k canonical.Keyed) ([]step, error) {
 		// The payload's own Keyed, with the body the steps' intent kept.
 		uk := o.k
@@ -399,6 +405,32 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 		return err
 	}
 	o.res.Outcome = OutcomeUpdated
+	return nil
+}
+
+// settleSteps records as done the pending rows of update u's steps, which
+// the record shows took effect, with the object's record as their
+// identifier.
+func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) error {
+	steps, err := su.UpdateSteps(o.k, u)
+	if err != nil || u.Record == "" {
+		return nil // nothing built, nothing to settle
+	}
+	for _, s := range steps {
+		if !s.Durable {
+			continue
+		}
+		rec, err := o.c.store.Lookup(ctx, s.Target, s.Key)
+		if errors.Is(err, dedup.ErrNotFound) || err == nil && rec.State != dedup.StatePending {
+			continue
+		}
+		if err == nil {
+			_, err = o.c.store.Complete(context.WithoutCancel(ctx), s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: u.Record})
+		}
+		if err != nil {
+			return o.c.storeError(err)
+		}
+	}
 	return nil
 }
 
