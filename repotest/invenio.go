@@ -116,6 +116,8 @@ type InvenioRecord struct {
 	// Communities are the communities the record's versions belong to,
 	// the default first.
 	Communities []string
+	// Title is metadata.title.
+	Title string
 	// EditOpen says that the published record has an edit draft open.
 	EditOpen bool
 	// Revision is the record's revision_id.
@@ -369,6 +371,9 @@ func (iv *Invenio) Records() []InvenioRecord {
 			ID: r.id, Published: r.published, DOI: r.doi, Identifiers: identifierValues(r.body), Created: r.created,
 			Parent: r.parent.id, Version: r.index, Communities: slices.Clone(r.parent.communities),
 			EditOpen: iv.edits[r.id] != nil, Revision: r.revision,
+		}
+		if md, ok := r.body["metadata"].(map[string]any); ok {
+			rec.Title, _ = md["title"].(string)
 		}
 		if r.review != nil {
 			rec.Review = r.review.status

@@ -191,3 +191,8 @@ func (iv *Invenio) OpenEdit(id string, change func(metadata map[string]any)) err
 	}
 	return nil
 }
+
+// OpenEdit is Invenio.OpenEdit.
+func (s *InvenioServer) OpenEdit(id string, change func(metadata map[string]any)) error {
+	return s.iv.OpenEdit(id, change)
+}

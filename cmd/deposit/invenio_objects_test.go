@@ -280,3 +280,49 @@ func dumpIV(t *testing.T, iv *repotest.Invenio) {
 		}
 	})
 }
+
+// An edit draft someone else opened and changed is not adopted: the
+// changed line fails saying so, nothing is saved or published, and their
+// draft stays; one opened and left as the record was is adopted.
+func TestInvenioEditDraftOfSomeoneElseIsNotAdopted(t *testing.T) {
+	srv, err := repotest.NewInvenioServer(repotest.InvenioConfig{Token: "tok3n"})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	line := func(i int, title string) string {
+		return fmt.Sprintf(`{"title":%q,"identifiers":[{"identifier":"survey-%03d","scheme":"other"}],"creators":[{"person_or_org":{"type":"personal","family_name":"Vega"}}],"publication_date":"2026-12-01","resource_type":{"id":"dataset"}}`, title, i)
+	}
+	env := map[string]string{"DEPOSIT_AUTHORIZATION": "tok3n"}
+	args := func(input string) []string {
+		return []string{"run", "--protocol", "invenio", "--endpoint", srv.API, "--identity", "/identifiers/0/identifier",
+			"--settle", "10ms", "--rate", "0", "--search-rate", "0", "--db", filepath.Join(dir, "a.db"), "--json", input}
+	}
+	r := deposit(t, env, args(writeFile(t, dir, "v1.jsonl", line(0, "Survey 0"), line(1, "Survey 1")))...)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	ids := map[string]string{}
+	for _, rec := range srv.Records() {
+		ids[rec.Identifiers[0]] = rec.ID
+	}
+	require.NoError(t, srv.OpenEdit(ids["survey-000"], func(md map[string]any) { md["title"] = "Someone's edit" }))
+	require.NoError(t, srv.OpenEdit(ids["survey-001"], nil))
+
+	r = deposit(t, env, args(writeFile(t, dir, "v2.jsonl", line(0, "Survey 0, revised"), line(1, "Survey 1, revised")))...)
+	require.Equal(t, exitFailed, r.code, r.stderr)
+	require.Contains(t, r.stderr, "has an edit draft open with changes not made by this deposit")
+	sum := summaryOf(t, r.stdout)
+	require.Equal(t, 1, sum.Failed)
+	require.Equal(t, 1, sum.Updated, "the draft opened and left as the record was is adopted")
+	for _, rec := range srv.Records() {
+		switch rec.ID {
+		case ids["survey-000"]:
+			require.True(t, rec.EditOpen, "their draft stays")
+			require.Equal(t, "Survey 0", rec.Title)
+		case ids["survey-001"]:
+			require.False(t, rec.EditOpen)
+			require.Equal(t, "Survey 1, revised", rec.Title)
+		}
+	}
+	st := srv.Stats()
+	require.Equal(t, int64(1), st.EditsPublished)
+	require.Zero(t, st.Versions, "an edit makes no version")
+}
