@@ -563,10 +563,12 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 		err error
 	)
 	switch {
-	case it.Dataset != nil && c.identity.on():
+	case it.Dataset != nil && c.identity.on() && !c.identityDatasets():
 		err = errIdentityDataset
 	case it.Dataset != nil:
-		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
+		if k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files); err == nil {
+			err = c.identity.name(&k)
+		}
 	default:
 		k, err = c.keyPayload(it.Payload)
 	}
@@ -607,7 +609,7 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 		dir = it.Dataset.Dir
 	}
 	if k.Object != "" {
-		res, err := c.depositObject(ctx, k, drain)
+		res, err := c.depositObject(ctx, k, dir, drain)
 		return itemResult(it.Line, res, err), nil
 	}
 	res, end, err := c.deposit(ctx, k, source{dir: dir}, drain, outs, ahead{b: b, e: j.ahead})

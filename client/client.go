@@ -570,7 +570,7 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 		return Result{}, err
 	}
 	if k.Object != "" {
-		return c.depositObject(ctx, k, nil)
+		return c.depositObject(ctx, k, "", nil)
 	}
 	res, _, err := c.deposit(ctx, k, source{}, nil, nil, ahead{})
 	return res, err
@@ -585,12 +585,18 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 // with every file inline as an attachment, in the one PUT that creates it;
 // InvenioRDM uploads each to the record's draft.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
-	if c.identity.on() {
+	if c.identity.on() && !c.identityDatasets() {
 		return Result{}, errIdentityDataset
 	}
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
+	if err == nil {
+		err = c.identity.name(&k)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if k.Object != "" {
+		return c.depositObject(ctx, k, dir, nil)
 	}
 	res, _, err := c.deposit(ctx, k, source{dir: dir}, nil, nil, ahead{})
 	return res, err

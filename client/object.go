@@ -48,6 +48,7 @@ type objectRun struct {
 	rd     driver.ObjectReader
 	store  objectStore
 	k      canonical.Keyed
+	dir    string // the base folder of a dataset's files, "" for a record
 	drain  <-chan struct{}
 	target string // the store target of the object's rows
 	res    Result
@@ -58,9 +59,10 @@ type objectRun struct {
 
 // depositObject deposits k, a payload that names an object, parking while
 // another process holds the object's lease.
-func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
+// dir is the base folder of a dataset's files, "" for a record.
+func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
 	for n := 0; ; n++ {
-		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, drain: drain, target: c.target.Name(),
+		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, dir: dir, drain: drain, target: c.target.Name(),
 			res: Result{Key: k.Key, Object: k.Object}}
 		err := o.run(ctx)
 		var leased errLeasedElsewhere
@@ -235,7 +237,7 @@ func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
 func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	ck := o.k
 	ck.Key, ck.Version = o.k.Object, o.k.Key
-	res, _, err := o.c.deposit(ctx, ck, source{}, o.drain, nil, ahead{})
+	res, _, err := o.c.deposit(ctx, ck, source{dir: o.dir}, o.drain, nil, ahead{})
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
 	o.res.Recovered = res.Recovered
@@ -250,7 +252,7 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	}
 	// The record was there: made by an earlier run, or another process,
 	// perhaps with another version. It says which.
-	state, found, err := o.read(ctx)
+	state, found, err := o.read(ctx, res.Identifier)
 	if err != nil {
 		return dedup.Object{}, true, err
 	}
@@ -364,11 +366,17 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 // record holding the version the store recorded; the update's intent is
 // obj.Pending.
 func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
+	key := updateKey(o.k.Object, obj.Updates+1, o.k.Key)
 	obj, done, err := o.reconcile(ctx, obj)
+	if done && err == nil && o.res.Outcome == OutcomeUpdated {
+		// A killed run's steps took effect: their rows are settled too,
+		// or they would stay pending for good (this key never runs again).
+		return o.settleSteps(ctx, su, driver.ObjectUpdate{Key: key, Record: o.res.Identifier, Held: o.held, Dir: o.dir})
+	}
 	if done || err != nil {
 		return err
 	}
-	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held}
+	u := driver.ObjectUpdate{Key: key, Record: obj.Identifier, Held: o.held, Dir: o.dir}
 	src := source{update: func(k canonical.Keyed) ([]step, error) {
 		// The payload's own Keyed, with the body the steps' intent kept.
 		uk := o.k
@@ -400,13 +408,39 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	return nil
 }
 
+// settleSteps records as done the pending rows of update u's steps, which
+// the record shows took effect, with the object's record as their
+// identifier.
+func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) error {
+	steps, err := su.UpdateSteps(o.k, u)
+	if err != nil || u.Record == "" {
+		return nil // nothing built, nothing to settle
+	}
+	for _, s := range steps {
+		if !s.Durable {
+			continue
+		}
+		rec, err := o.c.store.Lookup(ctx, s.Target, s.Key)
+		if errors.Is(err, dedup.ErrNotFound) || err == nil && rec.State != dedup.StatePending {
+			continue
+		}
+		if err == nil {
+			_, err = o.c.store.Complete(context.WithoutCancel(ctx), s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: u.Record})
+		}
+		if err != nil {
+			return o.c.storeError(err)
+		}
+	}
+	return nil
+}
+
 // reconcile reads the record before an update is sent on its tag: holding
 // this payload, an earlier attempt of the update took effect (done);
 // holding a version this object is known to have had, that version and
 // its tag are the object's now; anything else is another writer's change,
 // which is never overwritten.
 func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Object, bool, error) {
-	state, found, err := o.read(ctx)
+	state, found, err := o.read(ctx, obj.Identifier)
 	if err != nil {
 		return obj, true, err
 	}
@@ -451,10 +485,17 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 }
 
 // read reads the object's record as the server holds it now; found false
-// when there is none.
-func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) {
+// when there is none. record is the identifier the store holds for it (a
+// driver.RecordReader reads it by that).
+func (o *objectRun) read(ctx context.Context, record string) (driver.ObjectState, bool, error) {
 	c := o.c
-	req, err := o.rd.ReadObject(o.k)
+	var req driver.Request
+	var err error
+	if rr, ok := o.rd.(driver.RecordReader); ok {
+		req, err = rr.ReadRecord(o.k, record)
+	} else {
+		req, err = o.rd.ReadObject(o.k)
+	}
 	if err != nil {
 		return driver.ObjectState{}, false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -566,8 +607,17 @@ func (o *objectRun) fail(ctx context.Context, herr *HTTPError) error {
 	return fmt.Errorf("%w: %w", ErrTerminal, herr)
 }
 
-// errIdentityDataset refuses a dataset deposit with an identity.
-var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) does not yet apply to datasets: their files would need updating too", ErrInvalid)
+// errIdentityDataset refuses a dataset deposit with an identity, but for
+// a target whose update is steps (driver.StepUpdater), which are given the
+// dataset's files.
+var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) applies to datasets only on a target whose updates carry files (InvenioRDM): their files would need updating too", ErrInvalid)
+
+// identityDatasets reports whether a dataset deposit may name an object:
+// the client has an identity and the target updates by steps.
+func (c *Client) identityDatasets() bool {
+	_, ok := c.updater.(driver.StepUpdater)
+	return ok
+}
 
 // updaterOf is the target's and the store's parts for objects (a
 // driver.Updater or a driver.StepUpdater), or a configuration error naming

@@ -132,4 +132,16 @@ type ObjectUpdate struct {
 	// Held is the record as the engine read it just before: it holds the
 	// version the store recorded.
 	Held ObjectState
+	// Dir is the base folder of a dataset's files (k.MD5 names their
+	// digests), "" for a record without files.
+	Dir string
+}
+
+// RecordReader is an ObjectReader whose record the payload cannot name
+// (InvenioRDM's record id, which the server mints): the engine reads it
+// with ReadRecord instead of ReadObject, given the identifier the store
+// holds for the object's record, or, before the store holds one (a create
+// that found the record there), the create's.
+type RecordReader interface {
+	ReadRecord(k canonical.Keyed, record string) (Request, error)
 }

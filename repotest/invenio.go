@@ -70,19 +70,23 @@ type InvenioConfig struct {
 // InvenioStats counts what an InvenioRDM stub did. All counts start at zero.
 // Its JSON form names each field in snake_case.
 type InvenioStats struct {
-	Requests    int64 `json:"requests"`     // requests received, refused and faulted ones included
-	Drafts      int64 `json:"drafts"`       // drafts created by POST /api/records
-	Published   int64 `json:"published"`    // drafts published
-	Discarded   int64 `json:"discarded"`    // drafts deleted
-	FileInits   int64 `json:"file_inits"`   // file keys initialised
-	Uploads     int64 `json:"uploads"`      // file contents received in full
-	Commits     int64 `json:"commits"`      // file commits that took effect
-	Searches    int64 `json:"searches"`     // searches answered
-	Versions    int64 `json:"versions"`     // drafts of new versions opened by POST .../versions
-	FileImports int64 `json:"file_imports"` // files-import actions that took effect
-	Reviews     int64 `json:"reviews"`      // review requests created by PUT .../draft/review
-	Submitted   int64 `json:"submitted"`    // review requests submitted
-	RateLimited int64 `json:"rate_limited"` // 429 answers of the rate limit (not injected faults)
+	Requests       int64 `json:"requests"`        // requests received, refused and faulted ones included
+	Drafts         int64 `json:"drafts"`          // drafts created by POST /api/records
+	Published      int64 `json:"published"`       // drafts published
+	Discarded      int64 `json:"discarded"`       // drafts deleted
+	FileInits      int64 `json:"file_inits"`      // file keys initialised
+	Uploads        int64 `json:"uploads"`         // file contents received in full
+	Commits        int64 `json:"commits"`         // file commits that took effect
+	Searches       int64 `json:"searches"`        // searches answered
+	Versions       int64 `json:"versions"`        // drafts of new versions opened by POST .../versions
+	FileImports    int64 `json:"file_imports"`    // files-import actions that took effect
+	Reviews        int64 `json:"reviews"`         // review requests created by PUT .../draft/review
+	Submitted      int64 `json:"submitted"`       // review requests submitted
+	Edits          int64 `json:"edits"`           // edit drafts of published records opened by POST .../draft
+	EditsPublished int64 `json:"edits_published"` // edit drafts published into their records
+	Mismatches     int64 `json:"mismatches"`      // 412 answers to an If-Match on a draft
+	LockedRefusals int64 `json:"locked_refusals"` // file writes refused on an edit draft's locked files
+	RateLimited    int64 `json:"rate_limited"`    // 429 answers of the rate limit (not injected faults)
 	// FallbackQueries counts searches whose q was not a query the stub
 	// parses (see Invenio): like InvenioRDM, it then matched any token.
 	FallbackQueries int64 `json:"fallback_queries"`
@@ -112,6 +116,12 @@ type InvenioRecord struct {
 	// Communities are the communities the record's versions belong to,
 	// the default first.
 	Communities []string
+	// Title is metadata.title.
+	Title string
+	// EditOpen says that the published record has an edit draft open.
+	EditOpen bool
+	// Revision is the record's revision_id.
+	Revision int
 }
 
 // InvenioFile is one file of a draft or record.
@@ -153,6 +163,9 @@ type InvenioFile struct {
 //     "messages":[...]}]}. A draft with a review not yet accepted or
 //     declined answers 400 "You cannot publish a draft with an open review
 //     request. ...".
+//   - POST /api/records/{id}/draft opens the edit draft of a published
+//     record, or answers the one open (201 either way); see
+//     invenio_edits.go for its revisions, If-Match and locked files.
 //   - GET /api/records/{id} answers a published record, or 404 "The
 //     persistent identifier is not registered." for a draft never
 //     published.
@@ -223,8 +236,9 @@ type InvenioFile struct {
 //
 // What it leaves out: one user (the token's), who is no community's
 // curator (a submission is never included directly); communities exist
-// only as ids (Communities); edits of published records (POST
-// .../draft), a review set at create (parent.review), cancelling or
+// only as ids (Communities); edit drafts in search (an edit shows there
+// once published), unlocking an edit's files (RDM_LOCK_EDIT_PUBLISHED_FILES
+// off, or a file-modification request), a review set at create (parent.review), cancelling or
 // expiring a request and its timeline, reviews of new versions, concept
 // DOIs, embargoes, access links or vocabularies (resource_type ids are not
 // checked); metadata is checked only for the four required fields above;
@@ -245,6 +259,7 @@ type Invenio struct {
 	order    []*ivRecord
 	parents  map[string]*ivParent
 	requests map[string]*ivRequest // review requests not deleted
+	edits    map[string]*ivRecord  // the open edit drafts, by record id
 	reqOrder []*ivRequest
 	seq      uint64    // record ids drawn
 	pseq     uint64    // parent ids drawn
@@ -268,6 +283,10 @@ type ivRecord struct {
 	parent    *ivParent  // the versions this record is one of
 	index     int        // versions.index: 1 for the first version
 	review    *ivRequest // the draft's community submission, until accepted or removed
+	revision  int        // revision_id: one more at every write of the draft or record
+	// editOf is, for an edit draft, the published record it edits (same
+	// id); its files are locked.
+	editOf *ivRecord
 
 	// Search sees indexed; pending replaces it at pendingAt.
 	indexed   *ivHit
@@ -321,6 +340,7 @@ func NewInvenio(cfg InvenioConfig) (*Invenio, error) {
 	iv := &Invenio{
 		cfg: cfg, stubLife: newStubLife(), now: time.Now,
 		records: map[string]*ivRecord{}, parents: map[string]*ivParent{}, requests: map[string]*ivRequest{},
+		edits: map[string]*ivRecord{},
 	}
 	iv.inj = newInjector(faults, cfg.Seed, cfg.Latency, time.Now, iv.done, injectedIVError, &iv.mu)
 	return iv, nil
@@ -350,6 +370,10 @@ func (iv *Invenio) Records() []InvenioRecord {
 		rec := InvenioRecord{
 			ID: r.id, Published: r.published, DOI: r.doi, Identifiers: identifierValues(r.body), Created: r.created,
 			Parent: r.parent.id, Version: r.index, Communities: slices.Clone(r.parent.communities),
+			EditOpen: iv.edits[r.id] != nil, Revision: r.revision,
+		}
+		if md, ok := r.body["metadata"].(map[string]any); ok {
+			rec.Title, _ = md["title"].(string)
 		}
 		if r.review != nil {
 			rec.Review = r.review.status
@@ -466,17 +490,21 @@ func (iv *Invenio) serveDraft(w http.ResponseWriter, r *http.Request, id, sub st
 	switch {
 	case sub == "draft":
 		switch r.Method {
+		case http.MethodPost:
+			iv.edit(w, r, id)
 		case http.MethodGet:
 			iv.readDraft(w, r, id)
 		case http.MethodPut:
 			iv.updateDraft(w, r, id)
 		case http.MethodDelete:
-			iv.discard(w, id)
+			iv.discard(w, r, id)
 		default:
 			ivError(w, http.StatusMethodNotAllowed, "The method is not allowed for the requested URL.")
 		}
 	case sub == "draft/actions/publish" && r.Method == http.MethodPost:
 		iv.publish(w, r, id)
+	case (sub == "draft/files" || strings.HasPrefix(sub, "draft/files/")) && r.Method != http.MethodGet && iv.locked(id):
+		ivError(w, http.StatusForbidden, "Bucket is locked for modifications.")
 	case sub == "draft/files":
 		switch r.Method {
 		case http.MethodGet:
@@ -565,7 +593,7 @@ func (iv *Invenio) create(w http.ResponseWriter, r *http.Request) {
 	}
 	iv.mu.Lock()
 	now := iv.now()
-	rec := &ivRecord{id: iv.newID(), body: draftBody(doc), created: now, updated: now, index: 1}
+	rec := &ivRecord{id: iv.newID(), body: draftBody(doc), created: now, updated: now, index: 1, revision: 1}
 	rec.parent = iv.newParent()
 	rec.parent.next = rec
 	iv.records[rec.id] = rec
@@ -632,27 +660,55 @@ func (iv *Invenio) updateDraft(w http.ResponseWriter, r *http.Request, id string
 	iv.mu.Lock()
 	rec := iv.draft(id)
 	var out []byte
+	mismatch := ""
 	if rec != nil {
-		rec.body = draftBody(doc)
-		rec.updated = iv.now()
-		iv.reindex(rec)
-		out = rec.answer(r, partialErrors(rec.body))
+		if mismatch = iv.ifMatch(r, rec); mismatch == "" {
+			if rec.editOf != nil {
+				rec.body = editBody(doc, rec.editOf)
+			} else {
+				rec.body = draftBody(doc)
+				iv.reindex(rec)
+			}
+			rec.updated = iv.now()
+			rec.revision++
+			out = rec.answer(r, partialErrors(rec.body))
+		}
 	}
 	iv.mu.Unlock()
-	if rec == nil {
+	switch {
+	case rec == nil:
 		ivError(w, http.StatusNotFound, "Draft not found.")
-		return
+	case mismatch != "":
+		ivPreconditionFailed(w, mismatch)
+	default:
+		iv.finish(w, r, ft, http.StatusOK, out)
 	}
-	iv.finish(w, r, ft, http.StatusOK, out)
 }
 
 // discard serves DELETE /api/records/{id}/draft: the draft, its files and
 // a review not yet submitted are gone, and the index is refreshed at once.
 // A draft whose review is submitted is refused, as InvenioRDM does.
-func (iv *Invenio) discard(w http.ResponseWriter, id string) {
+func (iv *Invenio) discard(w http.ResponseWriter, r *http.Request, id string) {
 	iv.mu.Lock()
 	rec := iv.draft(id)
 	reviewOpen := rec != nil && rec.review != nil && rec.review.open()
+	mismatch := ""
+	if rec != nil {
+		mismatch = iv.ifMatch(r, rec)
+	}
+	switch {
+	case mismatch != "":
+		iv.mu.Unlock()
+		ivPreconditionFailed(w, mismatch)
+		return
+	case rec != nil && rec.editOf != nil:
+		// An edit draft goes; its record stays as published.
+		delete(iv.edits, id)
+		iv.stats.Discarded++
+		iv.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if rec != nil && !reviewOpen {
 		rec.discarded = true
 		iv.stats.Discarded++
@@ -731,9 +787,15 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	iv.mu.Lock()
 	var out []byte
-	if rec.published || rec.discarded {
+	switch {
+	case rec.editOf != nil && iv.edits[id] != rec:
+		rec = nil // published or discarded meanwhile
+	case rec.editOf != nil:
+		rec = iv.commitEdit(rec)
+		out = rec.answer(r, nil)
+	case rec.published || rec.discarded:
 		rec = nil // published or discarded meanwhile by a concurrent request
-	} else {
+	default:
 		iv.commitPublish(rec)
 		out = rec.answer(r, nil)
 	}
@@ -754,6 +816,7 @@ func (iv *Invenio) publish(w http.ResponseWriter, r *http.Request, id string) {
 // one) and makes it the latest version of its parent. iv.mu is held.
 func (iv *Invenio) commitPublish(rec *ivRecord) {
 	rec.published = true
+	rec.revision++
 	rec.updated = iv.now()
 	rec.doi = iv.cfg.DOIPrefix + "/" + rec.id
 	pids, _ := rec.body["pids"].(map[string]any)
@@ -1213,7 +1276,7 @@ func (iv *Invenio) refresh(now time.Time) {
 func (iv *Invenio) draft(id string) *ivRecord {
 	rec := iv.records[id]
 	if rec == nil || rec.discarded || rec.published {
-		return nil
+		return iv.edits[id] // nil but for a published record's edit draft
 	}
 	return rec
 }
@@ -1287,6 +1350,7 @@ func (iv *Invenio) admitWrite(w http.ResponseWriter, class, key string) (ft faul
 // finish writes a JSON answer, unless ft drops or trickles it.
 func (iv *Invenio) finish(w http.ResponseWriter, r *http.Request, ft fault, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
+	setETag(w, body)
 	iv.inj.finish(w, r, ft, status, nil, body)
 }
 
@@ -1323,15 +1387,18 @@ func (rec *ivRecord) doc(r *http.Request) map[string]any {
 	}
 	links["latest"] = absURL(r, base+"/versions/latest")
 	links["versions"] = absURL(r, base+"/versions")
+	if rec.published {
+		d["files"] = rec.filesDoc()
+	}
 	d["id"] = rec.id
-	d["is_published"] = rec.published
+	d["is_published"] = rec.published || rec.editOf != nil // an edit draft's status is "published"
 	d["is_draft"] = !rec.published
 	d["parent"] = rec.parentDoc(true)
 	d["versions"] = rec.versionsDoc()
 	d["links"] = links
 	d["created"] = rec.created.UTC().Format(time.RFC3339Nano)
 	d["updated"] = rec.updated.UTC().Format(time.RFC3339Nano)
-	d["revision_id"] = 1
+	d["revision_id"] = rec.revision
 	return d
 }
 

@@ -71,6 +71,9 @@ func (rec *ivRecord) isLatestDraft() bool {
 
 // versionsDoc is the record's "versions". iv.mu is held.
 func (rec *ivRecord) versionsDoc() map[string]any {
+	if rec.editOf != nil {
+		return rec.editOf.versionsDoc()
+	}
 	return map[string]any{"index": rec.index, "is_latest": rec.isLatest(), "is_latest_draft": rec.isLatestDraft()}
 }
 
@@ -135,7 +138,7 @@ func (iv *Invenio) openVersion(p *ivParent) {
 	if access, ok := latest.body["access"]; ok {
 		body["access"] = deepCopyJSON(access)
 	}
-	rec := &ivRecord{id: iv.newID(), body: body, created: now, updated: now, parent: p, index: latest.index + 1}
+	rec := &ivRecord{id: iv.newID(), body: body, created: now, updated: now, parent: p, index: latest.index + 1, revision: 1}
 	p.next = rec
 	iv.records[rec.id] = rec
 	iv.order = append(iv.order, rec)

@@ -61,6 +61,7 @@ type runOptions struct {
 	doiPrefix     string
 	dataciteEvent string
 	noPublish     bool
+	onChange      string
 	settle        time.Duration
 	searchRate    rateFlag
 	queryEndpoint string
@@ -185,7 +186,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
-	fs.Var(&o.identity, "identity", "JSON `POINTER` whose value (a string or an integer) names the object a line describes; repeatable: an object keeps one record, a changed line updates it, an old one is stale (put, webdav, s3, couchdb, datacite: --identity /doi for DOIs the lines name; see docs/design.md)")
+	fs.Var(&o.identity, "identity", "JSON `POINTER` whose value (a string or an integer) names the object a line describes; repeatable: an object keeps one record, a changed line updates it, an old one is stale (put, webdav, s3, couchdb, datacite: --identity /doi for DOIs the lines name; invenio, with --datasets too; see docs/design.md)")
 	fs.StringVar(&o.versionPtr, "version-pointer", "", "with --identity: JSON `POINTER` of a line's version (an integer or an RFC 3339 time); an older or equal version is stale even if never seen")
 	fs.BoolVar(&o.allowRevert, "allow-revert", false, "with --identity: apply a version the object had before instead of reporting it stale")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")
@@ -206,6 +207,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
+	fs.StringVar(&o.onChange, "on-change", "", "invenio, with --identity: a changed object is an `edit` of its published record (the default: same DOI, no new version) or a new `version`; a change of files is a new version either way (InvenioRDM locks an edit's files)")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
 	fs.DurationVar(&o.settle, "settle", 0, "invenio, dataverse, osf, figshare: how long the search index (osf: the node listing) may lag before a record not found is trusted absent, and how long a new store waits before it scans the server for earlier deposits (default 5s; dataverse 3s; osf 2s; figshare 10s); crossref: how long after an upload Crossref may still answer unknown_submission, counted from the upload (default 5m)")
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
@@ -323,7 +325,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, onChange: o.onChange, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
 		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait,
 		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi, minPartSize: o.minPartSize}, s.getenv)

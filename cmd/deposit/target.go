@@ -37,6 +37,7 @@ type targetFlags struct {
 	noPublish  bool
 	settle     time.Duration
 	searchRate float64
+	onChange   string // invenio: edit or version
 	// queryEndpoint is Crossref's XML query servlet; inputDir the folder
 	// of the input file, where a Crossref line's xml_file is read ("" for
 	// stdin: the working directory).
@@ -196,9 +197,9 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.Invenio: {
 		build: func(f targetFlags, getenv func(string) string) (client.Target, error) {
-			return invenio.Target{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate}, nil
+			return invenio.Target{Endpoint: f.endpoint, KeySecret: []byte(getenv("DEPOSIT_KEY_SECRET")), NoPublish: f.noPublish, SettleTime: f.settle, SearchRate: f.searchRate, OnChange: f.onChange}, nil
 		},
-		flags: []string{"no-publish", "settle", "search-rate"}, storesFiles: true, standInStep: protocol.DraftStep,
+		flags: []string{"no-publish", "settle", "search-rate", "on-change"}, storesFiles: true, standInStep: protocol.DraftStep,
 		authorize: func(endpoint string, header http.Header, getenv func(string) string) error {
 			auth := cmp.Or(header.Get("Authorization"), getenv("DEPOSIT_AUTHORIZATION"))
 			if auth == "" && !loopback(endpoint) {

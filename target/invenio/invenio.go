@@ -108,6 +108,10 @@ type Target struct {
 	// SearchRate limits searches per second, on a budget of their own,
 	// within Config.Rate; default SearchRate, negative unlimited.
 	SearchRate float64
+	// OnChange is what a changed object (the client's Config.Identity)
+	// becomes: OnChangeEdit ("", the default) edits the published record
+	// in place, OnChangeVersion makes a new version of it (see object.go).
+	OnChange string
 }
 
 // InvenioRDM defaults.
@@ -157,6 +161,7 @@ type invenioDriver struct {
 	settle     time.Duration
 	maxFiles   int
 	searchRate float64
+	version    bool // a changed object is a new version, not an edit
 }
 
 // Driver checks the options and returns the target's driver.
@@ -168,8 +173,11 @@ func (t Target) Driver() (driver.Driver, error) {
 	if t.SettleTime < 0 || t.MaxFiles < 0 {
 		return nil, errors.New("invenio.Target.SettleTime and invenio.Target.MaxFiles must not be negative")
 	}
+	if t.OnChange != "" && t.OnChange != OnChangeEdit && t.OnChange != OnChangeVersion {
+		return nil, fmt.Errorf("invenio.Target.OnChange is %q: want %q or %q", t.OnChange, OnChangeEdit, OnChangeVersion)
+	}
 	d := invenioDriver{endpoint: ep, secret: append([]byte(nil), t.KeySecret...), publish: !t.NoPublish,
-		settle: t.SettleTime, maxFiles: t.MaxFiles, searchRate: t.SearchRate}
+		settle: t.SettleTime, maxFiles: t.MaxFiles, searchRate: t.SearchRate, version: t.OnChange == OnChangeVersion}
 	if d.settle == 0 {
 		d.settle = SettleTime
 	}
@@ -212,7 +220,7 @@ func (d invenioDriver) Name() string {
 }
 
 func (d invenioDriver) StepTargets() []string {
-	t := []string{d.fileTarget(), d.recheckTarget(), d.markTarget(), d.reviewTarget()}
+	t := []string{d.fileTarget(), d.recheckTarget(), d.markTarget(), d.reviewTarget(), d.editTarget(), d.updateTarget()}
 	if d.publish {
 		t = append(t, d.draftTarget())
 	}
@@ -296,6 +304,12 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 	if err != nil {
 		return nil, nil, err
 	}
+	object := k.Version != ""
+	if object {
+		if err := d.objectLine(opts); err != nil {
+			return nil, nil, err
+		}
+	}
 	marker := d.Marker(k)
 	switch {
 	case opts.NewVersionOf != "":
@@ -303,7 +317,7 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 	case opts.Community != "" && !d.publish:
 		return nil, nil, errors.New("invenio: a community submission is how the record gets published: a line naming a community needs publishing on")
 	}
-	body, err := invenioDraftBody(payload, marker, len(files) > 0)
+	body, err := invenioDraftBody(payload, marker, len(files) > 0, k.Version)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -333,6 +347,11 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 	if !d.publish {
 		draft.Label, draft.Primary = "", true
 	}
+	if object {
+		// An object's later lines are answered from its row in the store,
+		// never by these steps, so no later run would look again.
+		draft.Recheck = ""
+	}
 	steps, seeds := []driver.Step{draft}, []string{""}
 	for _, f := range files {
 		md5 := k.MD5[f.Path]
@@ -348,15 +367,17 @@ func (d invenioDriver) layout(k canonical.Keyed, dir string) ([]driver.Step, []s
 		steps = append(steps, d.reviewStep(k.Key, opts.Community, 0), d.submitStep(k.Key, 0, len(steps)))
 		seeds = append(seeds, "review", "")
 	case d.publish:
-		steps = append(steps, d.publishStep(k.Key, marker, 0, nil))
+		steps = append(steps, d.publishStep(k.Key, marker, 0, nil, object))
 		seeds = append(seeds, "")
 	}
 	return steps, seeds, nil
 }
 
 // invenioDraftBody is the create body: the payload as the draft's body,
-// files.enabled set, the marker appended to metadata.identifiers.
-func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, error) {
+// files.enabled set, the marker appended to metadata.identifiers, and for
+// an object the marker of its version (the content key version; "" for
+// none).
+func invenioDraftBody(payload []byte, marker string, hasFiles bool, version string) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	var doc map[string]any
@@ -394,8 +415,15 @@ func invenioDraftBody(payload []byte, marker string, hasFiles bool) ([]byte, err
 		if strings.HasPrefix(id, invenioMarkerPrefix) && id != marker {
 			return nil, fmt.Errorf("invenio: metadata.identifiers already holds the deposit marker %s, not this payload's %s", id, marker)
 		}
+		if strings.HasPrefix(id, versionMarkerPrefix) {
+			return nil, fmt.Errorf("invenio: metadata.identifiers holds the version marker %s (leave it out: the client sets it)", id)
+		}
 	}
-	md["identifiers"] = append(ids, map[string]any{"identifier": marker, "scheme": "urn"})
+	ids = append(ids, map[string]any{"identifier": marker, "scheme": "urn"})
+	if version != "" {
+		ids = append(ids, map[string]any{"identifier": versionMarker(version), "scheme": "urn"})
+	}
+	md["identifiers"] = ids
 
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -601,10 +629,12 @@ func (fs fileSteps) commitStep() driver.Step {
 
 // publishStep publishes the draft whose id is the identifier of step
 // draftAt. Its identifier is the DOI the record was published with, else
-// the record id. check, when set, replaces the read-back of the record.
-func (d invenioDriver) publishStep(key, marker string, draftAt int, check *driver.Check) driver.Step {
+// the record id; the record id always for an object's record (byID),
+// which is read and edited by it. check, when set, replaces the read-back
+// of the record.
+func (d invenioDriver) publishStep(key, marker string, draftAt int, check *driver.Check, byID bool) driver.Step {
 	if check == nil {
-		check = d.readBack(draftAt)
+		check = d.readBack(draftAt, byID)
 	}
 	return driver.Step{
 		Label: "publish", Target: d.publishTarget(), Key: key, Primary: true, Durable: true,
@@ -624,7 +654,7 @@ func (d invenioDriver) publishStep(key, marker string, draftAt int, check *drive
 				v.Problem = "publish refused, the draft stays (delete it before depositing a changed payload, which gets a draft of its own): " + v.Problem
 			}
 			if v.Class == driver.Created {
-				v.ID = publishedID(a.Body, stringMember(a.Body, "id"))
+				v.ID = recordID(a.Body, stringMember(a.Body, "id"), byID)
 				if ms := hitOf(a.Body).markers(); len(ms) > 0 && !slices.Contains(ms, marker) {
 					// Another line's deposit took this draft over (two new
 					// versions of one record at once): not ours to claim.
@@ -638,6 +668,14 @@ func (d invenioDriver) publishStep(key, marker string, draftAt int, check *drive
 	}
 }
 
+// recordID is publishedID, or id itself when byID.
+func recordID(body []byte, id string, byID bool) string {
+	if byID {
+		return id
+	}
+	return publishedID(body, id)
+}
+
 // publishedID is the identifier of a published record: its DOI, else its
 // id.
 func publishedID(body []byte, id string) string {
@@ -648,8 +686,8 @@ func publishedID(body []byte, id string) string {
 }
 
 // readBack reads the record of the draft whose id is the identifier of
-// step draftAt: published is present.
-func (d invenioDriver) readBack(draftAt int) *driver.Check {
+// step draftAt: published is present, named as recordID names it.
+func (d invenioDriver) readBack(draftAt int, byID bool) *driver.Check {
 	return &driver.Check{
 		Build: func(prior []string) (driver.Request, error) {
 			return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[draftAt]), nil), Header: acceptJSON(), Full: true}, nil
@@ -664,7 +702,7 @@ func (d invenioDriver) readBack(draftAt int) *driver.Check {
 				if json.Unmarshal(a.Body, &r) != nil || !r.Published {
 					return driver.Finding{Kind: driver.Absent}
 				}
-				return driver.Finding{Kind: driver.Present, ID: publishedID(a.Body, r.ID)}
+				return driver.Finding{Kind: driver.Present, ID: recordID(a.Body, r.ID, byID)}
 			case a.Err == nil && a.Status == http.StatusNotFound:
 				return driver.Finding{Kind: driver.Absent} // "not registered": never published
 			}
@@ -736,6 +774,8 @@ func (d invenioDriver) SeedRows(k canonical.Keyed, steps []driver.Step, found []
 		switch {
 		case s.RecordID:
 			id, done = f.ID, true
+		case s.Primary && k.Version != "":
+			id = f.ID // an object's record is named by its id
 		case s.Primary:
 			id = cmp.Or(f.PID, f.ID)
 		case id == "":
@@ -766,6 +806,10 @@ type invenioHit struct {
 	Files struct {
 		Enabled bool `json:"enabled"`
 	} `json:"files"`
+	Versions struct {
+		Index    int  `json:"index"`
+		IsLatest bool `json:"is_latest"`
+	} `json:"versions"`
 }
 
 // hitOf reads a record or draft answer as a hit; a body that is not one
@@ -787,13 +831,33 @@ func (h invenioHit) markers() []string {
 	return ms
 }
 
+// versionMarkers are the object version markers the hit carries, each
+// once: one on an object's record, none on any other.
+func (h invenioHit) versionMarkers() []string {
+	var ms []string
+	for _, id := range h.Metadata.Identifiers {
+		if strings.HasPrefix(id.Identifier, versionMarkerPrefix) && !slices.Contains(ms, id.Identifier) {
+			ms = append(ms, id.Identifier)
+		}
+	}
+	return ms
+}
+
 // adoptable reports whether the hit is a record of the deposit with
 // marker: it carries marker exactly and, while a draft, no other deposit's
 // marker (a draft the client made carries its own alone, so one with
 // another is not ours to take over and publish). A published record that
 // carries two markers is the record of both.
+//
+// An object's record (one with a version marker) carries its marker in
+// every version: only its latest published version is it, or, before its
+// first publish, its first draft; the drafts of its later versions (an
+// update a killed run left) are not.
 func (h invenioHit) adoptable(marker string) bool {
 	ms := h.markers()
+	if len(h.versionMarkers()) > 0 && !(h.Published && h.Versions.IsLatest || !h.Published && h.Versions.Index <= 1) {
+		return false
+	}
 	return slices.Contains(ms, marker) && (h.Published || len(ms) == 1)
 }
 
@@ -911,4 +975,6 @@ var (
 	_ driver.Seeder           = invenioDriver{}
 	_ driver.FileMD5er        = invenioDriver{}
 	_ driver.Serializer       = invenioDriver{}
+	_ driver.StepUpdater      = invenioDriver{}
+	_ driver.RecordReader     = invenioDriver{}
 )

@@ -96,11 +96,11 @@ const (
 // names, and for each the identifier it has once published (seedFromScan
 // reads them).
 func (d invenioDriver) versionLayout(k canonical.Keyed, dir string, files []driver.DatasetFile, payload []byte, record, marker string) ([]driver.Step, []string, error) {
-	withFiles, err := invenioDraftBody(payload, marker, true)
+	withFiles, err := invenioDraftBody(payload, marker, true, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	withoutFiles, err := invenioDraftBody(payload, marker, false)
+	withoutFiles, err := invenioDraftBody(payload, marker, false, "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,7 +119,7 @@ func (d invenioDriver) versionLayout(k canonical.Keyed, dir string, files []driv
 		seeds = append(seeds, "completed", "md5:"+md5, "md5:"+md5)
 	}
 	if d.publish {
-		steps = append(steps, d.publishStep(k.Key, marker, stepMark, d.latestCheck(marker)))
+		steps = append(steps, d.publishStep(k.Key, marker, stepMark, d.latestCheck(marker, stepMark, false), false))
 		seeds = append(seeds, "")
 	} else {
 		steps[stepMark].Primary, steps[stepMark].Target = true, d.draftTarget()
@@ -266,14 +266,20 @@ func (d invenioDriver) markStep(key, marker string, withFiles, withoutFiles []by
 // are read before it is ever sent again. A version without files imports
 // none.
 func (d invenioDriver) importStep(key string) driver.Step {
+	return d.importStepAt(key, stepMark, func(prior []string) (string, bool) {
+		latest, ok := parseResolved(prior[stepLatest])
+		return "none", ok && !latest.files
+	})
+}
+
+// importStepAt is the import into the draft whose id is the identifier of
+// step markAt; settled, when set, says that no import is needed.
+func (d invenioDriver) importStepAt(key string, markAt int, settled func(prior []string) (string, bool)) driver.Step {
 	return driver.Step{
 		Label: "files import", Target: d.fileTarget(), Key: key + " import", Durable: true,
-		Settled: func(prior []string) (string, bool) {
-			latest, ok := parseResolved(prior[stepLatest])
-			return "none", ok && !latest.files
-		},
+		Settled: settled,
 		Build: func(prior []string) (driver.Request, error) {
-			return driver.Request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[stepMark])+"/draft/actions/files-import", nil), Header: acceptJSON(), Full: true}, nil
+			return driver.Request{Method: http.MethodPost, URL: d.url("records/"+url.PathEscape(prior[markAt])+"/draft/actions/files-import", nil), Header: acceptJSON(), Full: true}, nil
 		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			v := invenioFileVerdict(a)
@@ -290,7 +296,7 @@ func (d invenioDriver) importStep(key string) driver.Step {
 		},
 		Check: &driver.Check{
 			Build: func(prior []string) (driver.Request, error) {
-				return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[stepMark])+"/draft/files", nil), Header: acceptJSON(), Full: true}, nil
+				return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[markAt])+"/draft/files", nil), Header: acceptJSON(), Full: true}, nil
 			},
 			Judge: judgeImported,
 		},
@@ -329,22 +335,24 @@ func judgeImported(a driver.Answer) driver.Finding {
 
 // latestCheck finds out whether a new version was published: the latest
 // version of the draft's record (resolved through the database) carries
-// this line's marker, or else the draft's own record is published.
-func (d invenioDriver) latestCheck(marker string) *driver.Check {
+// marker (this line's, or an object version's), or else the draft's own
+// record is published. markAt is the step whose identifier is the draft
+// id; byID as for publishStep.
+func (d invenioDriver) latestCheck(marker string, markAt int, byID bool) *driver.Check {
 	return &driver.Check{
 		Build: func(prior []string) (driver.Request, error) {
-			return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[stepMark])+"/versions/latest", nil), Header: acceptJSON(), Full: true}, nil
+			return driver.Request{Method: http.MethodGet, URL: d.url("records/"+url.PathEscape(prior[markAt])+"/versions/latest", nil), Header: acceptJSON(), Full: true}, nil
 		},
 		Judge: func(a driver.Answer) driver.Finding {
 			switch {
 			case a.Err == nil && a.Status == http.StatusOK:
 				h := hitOf(a.Body)
-				if h.Published && slices.Contains(h.markers(), marker) {
-					return driver.Finding{Kind: driver.Present, ID: publishedID(a.Body, h.ID)}
+				if h.Published && (slices.Contains(h.markers(), marker) || slices.Contains(h.versionMarkers(), marker)) {
+					return driver.Finding{Kind: driver.Present, ID: recordID(a.Body, h.ID, byID)}
 				}
 				// A later version may have followed ours: the draft's own
 				// record says.
-				return driver.Finding{Then: d.readBack(stepMark)}
+				return driver.Finding{Then: d.readBack(markAt, byID)}
 			case a.Err == nil && a.Status == http.StatusNotFound:
 				return driver.Finding{Kind: driver.Absent} // the draft was never published
 			}
