@@ -564,7 +564,7 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 	)
 	switch {
 	case it.Dataset != nil && c.identity.on():
-		err = errIdentityDataset
+		k, err = c.datasetObject(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
 	case it.Dataset != nil:
 		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
 	default:
@@ -607,7 +607,7 @@ func (c *Client) runItem(ctx context.Context, j job, shard Shard, drain <-chan s
 		dir = it.Dataset.Dir
 	}
 	if k.Object != "" {
-		res, err := c.depositObject(ctx, k, drain)
+		res, err := c.depositObject(ctx, k, dir, drain)
 		return itemResult(it.Line, res, err), nil
 	}
 	res, end, err := c.deposit(ctx, k, source{dir: dir}, drain, outs, ahead{b: b, e: j.ahead})

@@ -570,7 +570,7 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 		return Result{}, err
 	}
 	if k.Object != "" {
-		return c.depositObject(ctx, k, nil)
+		return c.depositObject(ctx, k, "", nil)
 	}
 	res, _, err := c.deposit(ctx, k, source{}, nil, nil, ahead{})
 	return res, err
@@ -586,7 +586,14 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 // InvenioRDM uploads each to the record's draft.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
 	if c.identity.on() {
-		return Result{}, errIdentityDataset
+		k, err := c.datasetObject(dir, metadata, files)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				err = fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			return Result{}, err
+		}
+		return c.depositObject(ctx, k, dir, nil)
 	}
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
 	if err != nil {

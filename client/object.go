@@ -50,17 +50,22 @@ type objectRun struct {
 	k      canonical.Keyed
 	drain  <-chan struct{}
 	target string // the store target of the object's rows
+	dir    string // the base folder of a dataset's files, "" for a record
 	res    Result
+	// record is the identifier of the object's record, once the store or
+	// the create's steps name it: what a driver.RecordReader reads.
+	record string
 	// held is the record as last read (reconcile): what an update by
 	// steps is built from.
 	held driver.ObjectState
 }
 
-// depositObject deposits k, a payload that names an object, parking while
-// another process holds the object's lease.
-func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, drain <-chan struct{}) (Result, error) {
+// depositObject deposits k, a payload that names an object (a dataset's,
+// with its files under dir), parking while another process holds the
+// object's lease.
+func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
 	for n := 0; ; n++ {
-		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, drain: drain, target: c.target.Name(),
+		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, dir: dir, drain: drain, target: c.target.Name(),
 			res: Result{Key: k.Key, Object: k.Object}}
 		err := o.run(ctx)
 		var leased errLeasedElsewhere
@@ -235,7 +240,7 @@ func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
 func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	ck := o.k
 	ck.Key, ck.Version = o.k.Object, o.k.Key
-	res, _, err := o.c.deposit(ctx, ck, source{}, o.drain, nil, ahead{})
+	res, _, err := o.c.deposit(ctx, ck, source{dir: o.dir}, o.drain, nil, ahead{})
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
 	o.res.Recovered = res.Recovered
@@ -250,6 +255,7 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	}
 	// The record was there: made by an earlier run, or another process,
 	// perhaps with another version. It says which.
+	o.record = res.Identifier
 	state, found, err := o.read(ctx)
 	if err != nil {
 		return dedup.Object{}, true, err
@@ -368,7 +374,7 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	if done || err != nil {
 		return err
 	}
-	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held}
+	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held, Dir: o.dir}
 	src := source{update: func(k canonical.Keyed) ([]step, error) {
 		// The payload's own Keyed, with the body the steps' intent kept.
 		uk := o.k
@@ -380,7 +386,7 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
-	o.res.Status = res.Status
+	o.res.Status, o.res.RecordID = res.Status, res.RecordID
 	if err != nil {
 		var herr *HTTPError
 		if errors.Is(err, ErrTerminal) && errors.As(err, &herr) {
@@ -406,6 +412,7 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 // its tag are the object's now; anything else is another writer's change,
 // which is never overwritten.
 func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Object, bool, error) {
+	o.record = cmp.Or(obj.Identifier, o.record)
 	state, found, err := o.read(ctx)
 	if err != nil {
 		return obj, true, err
@@ -454,7 +461,13 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 // when there is none.
 func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) {
 	c := o.c
-	req, err := o.rd.ReadObject(o.k)
+	var req driver.Request
+	var err error
+	if rr, ok := o.rd.(driver.RecordReader); ok {
+		req, err = rr.ReadRecord(o.k, o.record)
+	} else {
+		req, err = o.rd.ReadObject(o.k)
+	}
 	if err != nil {
 		return driver.ObjectState{}, false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -522,14 +535,18 @@ func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, erro
 // orderOf is the version order the server's rendering of a record gives
 // at the version pointer, "" when it gives none.
 func (o *objectRun) orderOf(body []byte) string {
-	if o.c.identity.version == "" {
+	id := o.c.identity
+	if o.dir != "" {
+		id = id.dataset()
+	}
+	if id.version == "" {
 		return ""
 	}
 	k, err := o.c.keyer.Key(body)
 	if err != nil {
 		return ""
 	}
-	v, err := valueAt(k.Body, o.c.identity.version)
+	v, err := valueAt(k.Body, id.version)
 	if err != nil {
 		return ""
 	}
@@ -566,8 +583,27 @@ func (o *objectRun) fail(ctx context.Context, herr *HTTPError) error {
 	return fmt.Errorf("%w: %w", ErrTerminal, herr)
 }
 
-// errIdentityDataset refuses a dataset deposit with an identity.
-var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) does not yet apply to datasets: their files would need updating too", ErrInvalid)
+// errIdentityDataset refuses a dataset deposit with an identity on a
+// target whose update is one request: it would leave the files as they were.
+var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) applies to datasets only on a target whose updates change the files too (dataverse): this one's would not", ErrInvalid)
+
+// datasetObject keys a dataset whose metadata names an object: its
+// content key, and, by the identity's pointers read in the metadata (as
+// ignore pointers are), its object; errIdentityDataset on a target that
+// cannot update a dataset's files.
+func (c *Client) datasetObject(dir string, metadata []byte, files []string) (canonical.Keyed, error) {
+	if _, ok := c.updater.(driver.StepUpdater); !ok {
+		return canonical.Keyed{}, errIdentityDataset
+	}
+	k, err := c.keyer.DatasetKey(dir, metadata, files)
+	if err != nil {
+		return k, err
+	}
+	if err := c.identity.dataset().name(&k); err != nil {
+		return canonical.Keyed{}, err
+	}
+	return k, nil
+}
 
 // updaterOf is the target's and the store's parts for objects (a
 // driver.Updater or a driver.StepUpdater), or a configuration error naming

@@ -120,6 +120,15 @@ type StepUpdater interface {
 	UpdateSteps(k canonical.Keyed, u ObjectUpdate) ([]Step, error)
 }
 
+// RecordReader is an [ObjectReader] whose records the server names (a
+// Dataverse dataset's persistent identifier), so that the object key
+// alone finds none: the engine reads the record by the identifier the
+// store holds for the object, or that the create's steps just settled,
+// and calls ReadRecord instead of ReadObject.
+type RecordReader interface {
+	ReadRecord(k canonical.Keyed, record string) (Request, error)
+}
+
 // ObjectUpdate is what a [StepUpdater]'s update is built from.
 type ObjectUpdate struct {
 	// Key is the deposit key of the update's step rows: one per
@@ -132,4 +141,7 @@ type ObjectUpdate struct {
 	// Held is the record as the engine read it just before: it holds the
 	// version the store recorded.
 	Held ObjectState
+	// Dir is the base folder of a dataset's files ("" for a record), as
+	// [Driver.Steps] is given it.
+	Dir string
 }
