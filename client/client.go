@@ -299,7 +299,8 @@ type Result struct {
 	Recovered bool
 	// RecordID is, for a target whose records have an id of their own beside
 	// the identifier minted (InvenioRDM: the record id beside its DOI), that
-	// id; "" for other targets.
+	// id; for a Dataverse dataset's update, the version number it
+	// published ("1.1", "2.0"); "" for other targets.
 	RecordID string
 
 	// Object is the object key of a payload named by an identity
