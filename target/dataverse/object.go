@@ -542,7 +542,9 @@ func (d *dv) publishedCheck(pid, version string) *driver.Check {
 func (d *dv) versionStep(key, pid, version string) driver.Step {
 	return driver.Step{
 		Label: "version", Target: d.target("version"), Key: key, Durable: true, Arbitrated: true, RecordID: true,
-		Build: func([]string) (driver.Request, error) { return d.get(d.versionURL(pid, ":latest-published", false)), nil },
+		Build: func([]string) (driver.Request, error) {
+			return d.get(d.versionURL(pid, ":latest-published", false)), nil
+		},
 		Judge: func(a driver.Answer) driver.Verdict {
 			if a.Err != nil || a.Status != http.StatusOK {
 				return judge(a, readStep)
