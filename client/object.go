@@ -58,6 +58,10 @@ type objectRun struct {
 	// held is the record as last read (reconcile): what an update by
 	// steps is built from.
 	held driver.ObjectState
+	// settle, when set, runs before a read that finds this version
+	// applied is recorded: the steps of an update left in flight are
+	// settled first (updateBySteps).
+	settle func(ctx context.Context) error
 }
 
 // depositObject deposits k, a payload that names an object (a dataset's,
@@ -370,20 +374,19 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 // record holding the version the store recorded; the update's intent is
 // obj.Pending.
 func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
+	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Dir: o.dir}
+	// A record that holds this version already: the update's steps, if a
+	// killed run left them in flight (the server finished a publication
+	// it had accepted), are settled before the version is recorded, or
+	// their rows would stay pending.
+	o.settle = func(ctx context.Context) error { return o.settleSteps(ctx, su, u) }
 	obj, done, err := o.reconcile(ctx, obj)
+	o.settle = nil
 	if done || err != nil {
 		return err
 	}
-	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held, Dir: o.dir}
-	src := source{update: func(k canonical.Keyed) ([]step, error) {
-		// The payload's own Keyed, with the body the steps' intent kept.
-		uk := o.k
-		uk.Body = k.Body
-		return su.UpdateSteps(uk, u)
-	}}
-	dk := o.k
-	dk.Key = u.Key
-	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
+	u.Key, u.Held = updateKey(o.k.Object, obj.Updates+1, o.k.Key), o.held
+	res, err := o.runUpdate(ctx, su, u)
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
 	o.res.Status, o.res.RecordID = res.Status, res.RecordID
@@ -406,6 +409,55 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	return nil
 }
 
+// runUpdate runs the steps of update u as a deposit's.
+func (o *objectRun) runUpdate(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) (Result, error) {
+	src := source{update: func(k canonical.Keyed) ([]step, error) {
+		// The payload's own Keyed, with the body the steps' intent kept.
+		uk := o.k
+		uk.Body = k.Body
+		return su.UpdateSteps(uk, u)
+	}}
+	dk := o.k
+	dk.Key = u.Key
+	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
+	return res, err
+}
+
+// settleSteps runs the steps of update u again, given the record as read
+// (holding this version), when a row of one of them shows them in flight:
+// what is done is answered from the store, and an accepted step is
+// polled, never sent again. With no such row nothing is sent.
+func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) error {
+	u.Held = o.held
+	uk := o.k
+	steps, err := su.UpdateSteps(uk, u)
+	if err != nil {
+		return nil // the version is applied; rows of steps it cannot build stay as they are
+	}
+	inFlight := false
+	for _, s := range steps {
+		if !s.Durable || inFlight {
+			continue
+		}
+		rec, err := o.c.lookups.lookup(ctx, s.Target, s.Key)
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			return o.c.storeError(err)
+		default:
+			inFlight = rec.State == dedup.StatePending
+		}
+	}
+	if !inFlight {
+		return nil
+	}
+	res, err := o.runUpdate(ctx, su, u)
+	o.res.Requests += res.Requests
+	o.res.Retries += res.Retries
+	o.res.RecordID = res.RecordID
+	return err
+}
+
 // reconcile reads the record before an update is sent on its tag: holding
 // this payload, an earlier attempt of the update took effect (done);
 // holding a version this object is known to have had, that version and
@@ -426,6 +478,11 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 		return obj, true, err
 	}
 	if held.Key == o.k.Key {
+		if o.settle != nil {
+			if err := o.settle(ctx); err != nil {
+				return obj, true, err
+			}
+		}
 		if _, err := o.apply(ctx, o.k, state.Tag, ""); err != nil {
 			return obj, true, err
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -156,4 +157,48 @@ func TestAnUpdateStopsAtAForeignDraftAndDiscardsAStaleOneOfOurs(t *testing.T) {
 	require.Equal(t, "1.1", res.RecordID)
 	require.Equal(t, int64(1), f.srv.Stats().Discarded)
 	require.Equal(t, "Finches, again", f.srv.Datasets()[0].Title)
+}
+
+// An update whose publication outlasts the run (accepted, its lock still
+// held) is unresolved; once Dataverse finishes it, the next run finds the
+// version published, and settles the update's rows instead of leaving
+// them pending: its result names the version.
+func TestAnUpdateLeftPublishingIsSettledByTheNextRun(t *testing.T) {
+	f := newFixture(t, repotest.DataverseConfig{PublishLag: 300 * time.Millisecond})
+	f.file("a.txt", "one")
+	store, err := dedup.Open(f.db)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	c, err := client.New(client.Config{Target: dataverse.Target{Endpoint: f.srv.URL, Collection: "root", Token: token, SettleTime: 1, LockWait: 20 * time.Millisecond},
+		Store: store, Retry: fastRetry, Rate: -1, Identity: []string{labID}})
+	require.NoError(t, err)
+	deposit := func(title string) (client.Result, error) {
+		return c.DepositDataset(t.Context(), f.dir, objMetadata("LAB-1", title), []string{"a.txt"})
+	}
+	for n := 0; ; n++ { // the create, past its own publication's lock
+		require.Less(t, n, 100)
+		if _, err := deposit("Finches"); err == nil {
+			break
+		}
+	}
+	_, err = deposit("Finches, corrected")
+	require.ErrorIs(t, err, client.ErrUnresolved, "accepted, not yet settled")
+	for n := 0; f.srv.Datasets()[0].VersionState != "RELEASED"; n++ {
+		require.Less(t, n, 200, "the stub never released the version")
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := f.srv.Stats()
+	res, err := deposit("Finches, corrected")
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeUpdated, res.Outcome)
+	require.Equal(t, "1.1", res.RecordID)
+	require.Equal(t, before.Publishes, f.srv.Stats().Publishes, "not published again")
+	d, err := dataverse.Target{Endpoint: f.srv.URL, Collection: "root"}.Driver()
+	require.NoError(t, err)
+	for _, target := range d.StepTargets() {
+		for rec, err := range store.List(t.Context(), target, dedup.StatePending) {
+			require.NoError(t, err)
+			require.Failf(t, "a row left pending", "%s %s", rec.Target, rec.Key)
+		}
+	}
 }
