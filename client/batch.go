@@ -563,12 +563,10 @@ func (c *Client) keyItem(it Item, shard Shard) (canonical.Keyed, *ItemResult) {
 		err error
 	)
 	switch {
-	case it.Dataset != nil && c.identity.on() && !c.identityDatasets():
-		err = errIdentityDataset
+	case it.Dataset != nil && c.identity.on():
+		k, err = c.datasetObject(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
 	case it.Dataset != nil:
-		if k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files); err == nil {
-			err = c.identity.name(&k)
-		}
+		k, err = c.keyer.DatasetKey(it.Dataset.Dir, it.Dataset.Metadata, it.Dataset.Files)
 	default:
 		k, err = c.keyPayload(it.Payload)
 	}

@@ -299,7 +299,8 @@ type Result struct {
 	Recovered bool
 	// RecordID is, for a target whose records have an id of their own beside
 	// the identifier minted (InvenioRDM: the record id beside its DOI), that
-	// id; "" for other targets.
+	// id; for a Dataverse dataset's update, the version number it
+	// published ("1.1", "2.0"); "" for other targets.
 	RecordID string
 
 	// Object is the object key of a payload named by an identity
@@ -585,18 +586,19 @@ func (c *Client) Deposit(ctx context.Context, payload []byte) (Result, error) {
 // with every file inline as an attachment, in the one PUT that creates it;
 // InvenioRDM uploads each to the record's draft.
 func (c *Client) DepositDataset(ctx context.Context, dir string, metadata []byte, files []string) (Result, error) {
-	if c.identity.on() && !c.identityDatasets() {
-		return Result{}, errIdentityDataset
+	if c.identity.on() {
+		k, err := c.datasetObject(dir, metadata, files)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				err = fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			return Result{}, err
+		}
+		return c.depositObject(ctx, k, dir, nil)
 	}
 	k, err := c.keyer.DatasetKey(dir, metadata, files)
-	if err == nil {
-		err = c.identity.name(&k)
-	}
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	if k.Object != "" {
-		return c.depositObject(ctx, k, dir, nil)
 	}
 	res, _, err := c.deposit(ctx, k, source{dir: dir}, nil, nil, ahead{})
 	return res, err

@@ -41,6 +41,20 @@ func newIdentity(pointers []string, version string) (identity, error) {
 	return identity{pointers: pointers, version: version}, nil
 }
 
+// dataset is the identity as a dataset's keyed document reads it: its
+// pointers name values of the dataset's metadata, which the document
+// holds under "metadata", as the keyer's ignore pointers do.
+func (id identity) dataset() identity {
+	out := identity{pointers: make([]string, len(id.pointers))}
+	for i, p := range id.pointers {
+		out.pointers[i] = "/metadata" + p
+	}
+	if id.version != "" {
+		out.version = "/metadata" + id.version
+	}
+	return out
+}
+
 // on reports whether payloads name objects.
 func (id identity) on() bool { return len(id.pointers) > 0 }
 

@@ -48,18 +48,25 @@ type objectRun struct {
 	rd     driver.ObjectReader
 	store  objectStore
 	k      canonical.Keyed
-	dir    string // the base folder of a dataset's files, "" for a record
 	drain  <-chan struct{}
 	target string // the store target of the object's rows
+	dir    string // the base folder of a dataset's files, "" for a record
 	res    Result
+	// record is the identifier of the object's record, once the store or
+	// the create's steps name it: what a driver.RecordReader reads.
+	record string
 	// held is the record as last read (reconcile): what an update by
 	// steps is built from.
 	held driver.ObjectState
+	// settle, when set, runs before a read that finds this version
+	// applied is recorded: the steps of an update left in flight are
+	// settled first (updateBySteps).
+	settle func(ctx context.Context) error
 }
 
-// depositObject deposits k, a payload that names an object, parking while
-// another process holds the object's lease.
-// dir is the base folder of a dataset's files, "" for a record.
+// depositObject deposits k, a payload that names an object (a dataset's,
+// with its files under dir), parking while another process holds the
+// object's lease.
 func (c *Client) depositObject(ctx context.Context, k canonical.Keyed, dir string, drain <-chan struct{}) (Result, error) {
 	for n := 0; ; n++ {
 		o := &objectRun{c: c, rd: c.updater, store: c.objects, k: k, dir: dir, drain: drain, target: c.target.Name(),
@@ -252,7 +259,8 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	}
 	// The record was there: made by an earlier run, or another process,
 	// perhaps with another version. It says which.
-	state, found, err := o.read(ctx, res.Identifier)
+	o.record = res.Identifier
+	state, found, err := o.read(ctx)
 	if err != nil {
 		return dedup.Object{}, true, err
 	}
@@ -366,29 +374,22 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 // record holding the version the store recorded; the update's intent is
 // obj.Pending.
 func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
-	key := updateKey(o.k.Object, obj.Updates+1, o.k.Key)
+	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Dir: o.dir}
+	// A record that holds this version already: the update's steps, if a
+	// killed run left them in flight (the server finished a publication
+	// it had accepted), are settled before the version is recorded, or
+	// their rows would stay pending.
+	o.settle = func(ctx context.Context) error { return o.settleSteps(ctx, su, u) }
 	obj, done, err := o.reconcile(ctx, obj)
-	if done && err == nil && o.res.Outcome == OutcomeUpdated {
-		// A killed run's steps took effect: their rows are settled too,
-		// or they would stay pending for good (this key never runs again).
-		return o.settleSteps(ctx, su, driver.ObjectUpdate{Key: key, Record: o.res.Identifier, Held: o.held, Dir: o.dir})
-	}
+	o.settle = nil
 	if done || err != nil {
 		return err
 	}
-	u := driver.ObjectUpdate{Key: key, Record: obj.Identifier, Held: o.held, Dir: o.dir}
-	src := source{update: func(k canonical.Keyed) ([]step, error) {
-		// The payload's own Keyed, with the body the steps' intent kept.
-		uk := o.k
-		uk.Body = k.Body
-		return su.UpdateSteps(uk, u)
-	}}
-	dk := o.k
-	dk.Key = u.Key
-	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
+	u.Key, u.Held = updateKey(o.k.Object, obj.Updates+1, o.k.Key), o.held
+	res, err := o.runUpdate(ctx, su, u)
 	o.res.Requests += res.Requests
 	o.res.Retries += res.Retries
-	o.res.Status = res.Status
+	o.res.Status, o.res.RecordID = res.Status, res.RecordID
 	if err != nil {
 		var herr *HTTPError
 		if errors.Is(err, ErrTerminal) && errors.As(err, &herr) {
@@ -408,30 +409,53 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	return nil
 }
 
-// settleSteps records as done the pending rows of update u's steps, which
-// the record shows took effect, with the object's record as their
-// identifier.
+// runUpdate runs the steps of update u as a deposit's.
+func (o *objectRun) runUpdate(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) (Result, error) {
+	src := source{update: func(k canonical.Keyed) ([]step, error) {
+		// The payload's own Keyed, with the body the steps' intent kept.
+		uk := o.k
+		uk.Body = k.Body
+		return su.UpdateSteps(uk, u)
+	}}
+	dk := o.k
+	dk.Key = u.Key
+	res, _, err := o.c.deposit(ctx, dk, src, o.drain, nil, ahead{})
+	return res, err
+}
+
+// settleSteps runs the steps of update u again, given the record as read
+// (holding this version), when a row of one of them shows them in flight:
+// what is done is answered from the store, and an accepted step is
+// polled, never sent again. With no such row nothing is sent.
 func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) error {
-	steps, err := su.UpdateSteps(o.k, u)
-	if err != nil || u.Record == "" {
-		return nil // nothing built, nothing to settle
+	u.Held = o.held
+	uk := o.k
+	steps, err := su.UpdateSteps(uk, u)
+	if err != nil {
+		return nil // the version is applied; rows of steps it cannot build stay as they are
 	}
+	inFlight := false
 	for _, s := range steps {
-		if !s.Durable {
+		if !s.Durable || inFlight {
 			continue
 		}
-		rec, err := o.c.store.Lookup(ctx, s.Target, s.Key)
-		if errors.Is(err, dedup.ErrNotFound) || err == nil && rec.State != dedup.StatePending {
-			continue
-		}
-		if err == nil {
-			_, err = o.c.store.Complete(context.WithoutCancel(ctx), s.Target, s.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: u.Record})
-		}
-		if err != nil {
+		rec, err := o.c.lookups.lookup(ctx, s.Target, s.Key)
+		switch {
+		case isNotFound(err):
+		case err != nil:
 			return o.c.storeError(err)
+		default:
+			inFlight = rec.State == dedup.StatePending
 		}
 	}
-	return nil
+	if !inFlight {
+		return nil
+	}
+	res, err := o.runUpdate(ctx, su, u)
+	o.res.Requests += res.Requests
+	o.res.Retries += res.Retries
+	o.res.RecordID = res.RecordID
+	return err
 }
 
 // reconcile reads the record before an update is sent on its tag: holding
@@ -440,7 +464,8 @@ func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u dr
 // its tag are the object's now; anything else is another writer's change,
 // which is never overwritten.
 func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Object, bool, error) {
-	state, found, err := o.read(ctx, obj.Identifier)
+	o.record = cmp.Or(obj.Identifier, o.record)
+	state, found, err := o.read(ctx)
 	if err != nil {
 		return obj, true, err
 	}
@@ -453,6 +478,11 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 		return obj, true, err
 	}
 	if held.Key == o.k.Key {
+		if o.settle != nil {
+			if err := o.settle(ctx); err != nil {
+				return obj, true, err
+			}
+		}
 		if _, err := o.apply(ctx, o.k, state.Tag, ""); err != nil {
 			return obj, true, err
 		}
@@ -485,14 +515,13 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 }
 
 // read reads the object's record as the server holds it now; found false
-// when there is none. record is the identifier the store holds for it (a
-// driver.RecordReader reads it by that).
-func (o *objectRun) read(ctx context.Context, record string) (driver.ObjectState, bool, error) {
+// when there is none.
+func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) {
 	c := o.c
 	var req driver.Request
 	var err error
 	if rr, ok := o.rd.(driver.RecordReader); ok {
-		req, err = rr.ReadRecord(o.k, record)
+		req, err = rr.ReadRecord(o.k, o.record)
 	} else {
 		req, err = o.rd.ReadObject(o.k)
 	}
@@ -563,14 +592,18 @@ func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, erro
 // orderOf is the version order the server's rendering of a record gives
 // at the version pointer, "" when it gives none.
 func (o *objectRun) orderOf(body []byte) string {
-	if o.c.identity.version == "" {
+	id := o.c.identity
+	if o.dir != "" {
+		id = id.dataset()
+	}
+	if id.version == "" {
 		return ""
 	}
 	k, err := o.c.keyer.Key(body)
 	if err != nil {
 		return ""
 	}
-	v, err := valueAt(k.Body, o.c.identity.version)
+	v, err := valueAt(k.Body, id.version)
 	if err != nil {
 		return ""
 	}
@@ -607,16 +640,26 @@ func (o *objectRun) fail(ctx context.Context, herr *HTTPError) error {
 	return fmt.Errorf("%w: %w", ErrTerminal, herr)
 }
 
-// errIdentityDataset refuses a dataset deposit with an identity, but for
-// a target whose update is steps (driver.StepUpdater), which are given the
-// dataset's files.
-var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) applies to datasets only on a target whose updates carry files (InvenioRDM): their files would need updating too", ErrInvalid)
+// errIdentityDataset refuses a dataset deposit with an identity on a
+// target whose update is one request: it would leave the files as they were.
+var errIdentityDataset = fmt.Errorf("%w: an identity (Config.Identity) applies to datasets only on a target whose updates change the files too (invenio, dataverse): this one's would not", ErrInvalid)
 
-// identityDatasets reports whether a dataset deposit may name an object:
-// the client has an identity and the target updates by steps.
-func (c *Client) identityDatasets() bool {
-	_, ok := c.updater.(driver.StepUpdater)
-	return ok
+// datasetObject keys a dataset whose metadata names an object: its
+// content key, and, by the identity's pointers read in the metadata (as
+// ignore pointers are), its object; errIdentityDataset on a target that
+// cannot update a dataset's files.
+func (c *Client) datasetObject(dir string, metadata []byte, files []string) (canonical.Keyed, error) {
+	if _, ok := c.updater.(driver.StepUpdater); !ok {
+		return canonical.Keyed{}, errIdentityDataset
+	}
+	k, err := c.keyer.DatasetKey(dir, metadata, files)
+	if err != nil {
+		return k, err
+	}
+	if err := c.identity.dataset().name(&k); err != nil {
+		return canonical.Keyed{}, err
+	}
+	return k, nil
 }
 
 // updaterOf is the target's and the store's parts for objects (a

@@ -120,6 +120,15 @@ type StepUpdater interface {
 	UpdateSteps(k canonical.Keyed, u ObjectUpdate) ([]Step, error)
 }
 
+// RecordReader is an [ObjectReader] whose records the server names (a
+// Dataverse dataset's persistent identifier, an InvenioRDM record id), so
+// that the object key alone finds none: the engine reads the record by the identifier the
+// store holds for the object, or that the create's steps just settled,
+// and calls ReadRecord instead of ReadObject.
+type RecordReader interface {
+	ReadRecord(k canonical.Keyed, record string) (Request, error)
+}
+
 // ObjectUpdate is what a [StepUpdater]'s update is built from.
 type ObjectUpdate struct {
 	// Key is the deposit key of the update's step rows: one per
@@ -132,16 +141,7 @@ type ObjectUpdate struct {
 	// Held is the record as the engine read it just before: it holds the
 	// version the store recorded.
 	Held ObjectState
-	// Dir is the base folder of a dataset's files (k.MD5 names their
-	// digests), "" for a record without files.
+	// Dir is the base folder of a dataset's files ("" for a record), as
+	// [Driver.Steps] is given it.
 	Dir string
-}
-
-// RecordReader is an ObjectReader whose record the payload cannot name
-// (InvenioRDM's record id, which the server mints): the engine reads it
-// with ReadRecord instead of ReadObject, given the identifier the store
-// holds for the object's record, or, before the store holds one (a create
-// that found the record there), the create's.
-type RecordReader interface {
-	ReadRecord(k canonical.Keyed, record string) (Request, error)
 }

@@ -89,6 +89,12 @@ type DataverseStats struct {
 	DuplicateFiles int64 `json:"duplicate_files"`
 	RenamedFiles   int64 `json:"renamed_files"`   // files renamed name-N.ext because the name was taken
 	Publishes      int64 `json:"publishes"`       // publishes accepted
+	Minor          int64 `json:"minor"`           // of those, minor releases (N.m+1)
+	Major          int64 `json:"major"`           // of those, major releases after the first ((N+1).0)
+	DraftWrites    int64 `json:"draft_writes"`    // PUTs of a draft version's metadata (making the draft or overwriting it)
+	Replaced       int64 `json:"replaced"`        // files replaced (a new file each)
+	Deleted        int64 `json:"deleted"`         // files deleted from a draft
+	Discarded      int64 `json:"discarded"`       // draft versions deleted
 	Released       int64 `json:"released"`        // versions released (their finalization ended)
 	PublishRefused int64 `json:"publish_refused"` // publishes refused: locked, or nothing to release
 	Searches       int64 `json:"searches"`        // searches answered
@@ -108,6 +114,11 @@ type DataverseDataset struct {
 	OtherIDs []string
 	Files    []DataverseFile // in the order they were added
 	Created  time.Time
+	// Title is the latest version's title.
+	Title string
+	// Versions are the numbers of the released versions, oldest first
+	// ("1.0", "1.1", "2.0").
+	Versions []string
 }
 
 // DataverseFile is one file of a dataset.
@@ -140,6 +151,7 @@ type DataverseFile struct {
 //     is a 404 "Can't find dataverse with identifier='X'"; a body without
 //     datasetVersion a 400 "Please provide initial version in the dataset
 //     json".
+//
 //   - POST /api/datasets/{id}/add (id numeric, or :persistentId with
 //     ?persistentId=) takes multipart parts "file" and "jsonData" and
 //     answers 200 {"data":{"files":[...]}}. Nothing is arbitrated: the
@@ -153,6 +165,7 @@ type DataverseFile struct {
 //     (or :latest) lists the files; a version the caller cannot see (no
 //     draft, or the guest's draft) is a 404 "Dataset version :draft of
 //     dataset N not found".
+//
 //   - POST /api/datasets/{id}/actions/:publish?type=major|minor answers 200
 //     with the dataset, numbers the version, and holds the
 //     finalizePublication lock for PublishLag; the version stays DRAFT
@@ -163,6 +176,7 @@ type DataverseFile struct {
 //     released.". An add while a lock other than Ingest is held is a 400
 //     "Failed to add file to dataset.". An add to a released dataset
 //     opens a new draft.
+//
 //   - GET /api/datasets/{id}/locks lists the locks, [] when there are
 //     none; GET /api/datasets/{id} answers the dataset with latestVersion
 //     (versionState, versionNumber, versionMinorNumber, createTime in whole
@@ -171,6 +185,7 @@ type DataverseFile struct {
 //     version alone, with datasetId and datasetPersistentId, and its files
 //     unless excludeFiles=true (Datasets.java, getVersion); a version the
 //     caller cannot see is a 404.
+//
 //   - GET /api/search?q=&type=dataset&subtree=&start=&per_page= answers
 //     {"data":{"q","total_count","start","items":[...],"count_in_response"}}
 //     from an index that sees each dataset as it was IndexLag after its
@@ -183,6 +198,7 @@ type DataverseFile struct {
 //     words that must all appear; sort=date (by creation) or sort=name,
 //     with order=asc or desc, orders the hits, which are otherwise in
 //     creation order. A guest sees released datasets only.
+//
 //   - GET /api/dataverses/{alias}/contents lists the collection's direct
 //     children from the database at once, unpaged, without metadata, as
 //     Dataverses.java (listContent) does: each sub-collection as
@@ -192,6 +208,7 @@ type DataverseFile struct {
 //     separator, publisher, publicationDate once released,
 //     storageIdentifier, datasetType, locks) with "type":"dataset", by id;
 //     search's lag and Unindexed do not touch it.
+//
 //   - A wrong token is a 401 "Bad API key". The guest's create is a 401
 //     "cause was null! User :guest is not permitted to perform requested
 //     action.", its add a 403 "You do not have permission to edit this
@@ -200,23 +217,54 @@ type DataverseFile struct {
 //     persistent identifier with Dataverse's own message, "When accessing
 //     a dataset based on Persistent ID, a persistentId query parameter
 //     must be present.").
+//
 //   - With Limit, a command over its budget does nothing and answers 429
 //     "<Command> failed: Rate limited due to too many requests." (create
 //     with the "cause was null! " prefix); an add answers it 400, after
 //     "There was an error when trying to add the new file. ". No answer
 //     carries Retry-After.
 //
+//   - A released dataset's next version (dataverse_versions.go): PUT
+//     /api/datasets/{id}/versions/:draft with a version (not wrapped)
+//     makes the draft, a copy of the release's metadata and files, or
+//     overwrites its metadata, and answers 200 with the draft; files in
+//     the body are a 400 "You may not add files via this api.", any lock
+//     but Ingest a 403 "Dataset cannot be edited due to dataset lock.".
+//     POST /api/files/{id}/replace puts a new file (a new id) in the old
+//     one's place, refusing 400 the same content ("Error! You may not
+//     replace a file with a file that has duplicate content."), another
+//     content type without forceReplace, a file not in the latest version,
+//     an unknown id; DELETE /api/files/{id} takes the file out of the
+//     draft, 200 with data false for a released file, true otherwise.
+//     DELETE .../versions/:draft drops the draft (the release is the
+//     latest again; an unreleased dataset goes), 401 "This is NOT a DRAFT
+//     version" without one. GET .../versions/:latest-published (and its
+//     /files) shows the release while a draft is open; a version the
+//     dataset lacks is a 404 "Dataset version V of dataset N not found".
+//     A minor publish is a 403 "Cannot publish as minor version. Re-try as
+//     major release." for the first release and "Cannot release as minor
+//     version. Re-try as major release." when the draft's files (by id)
+//     differ from the release's; versions are numbered 1.0, then N.m+1
+//     (minor) or (N+1).0 (major). A draft has no number until its publish.
+//
 // Faults (Config.Faults) apply to the writes: creates are numbered by
 // body, adds by dataset and file (name and content), publishes by dataset,
-// and, with the reads rule, reads by URL. A drop commits the write and
+// draft PUTs ("edit") by dataset and body, replaces and deletes by file,
+// draft deletes ("discard") by dataset, and, with the reads rule, reads
+// by URL. A drop commits the write and
 // hangs up. A 502 or 504 drawn for a publish accepts the publish first and
 // then answers, as a proxy does that times out in front of a slow publish;
 // every other status fault answers before anything commits.
 //
-// What it leaves out: one collection and one user, no roles, no dataset
-// edits, deletes, versions other than the latest, file replace, restrict
-// or delete, direct (S3) upload, /addFiles, :import, validateDatasetJson,
-// workflows, guestbooks, file PIDs, or persistence. Metadata is checked
+// What it leaves out: one collection and one user, no roles, no edits
+// of a dataset's metadata but the draft's PUT (no editMetadata, no
+// sourceLastUpdateTime), no deaccession, no versions but the latest and
+// the latest released (no version by number but the latest's), no
+// version notes or contributors, no file restrict or metadata edits, no
+// check of the draft's metadata at PUT or publish, no file PIDs, what a
+// delete of a file the draft no longer holds answers (a 400 "Delete
+// failed" here: not verified upstream), no direct (S3) upload, /addFiles,
+// :import, validateDatasetJson, workflows, guestbooks, or persistence. Metadata is checked
 // only for the five required citation fields and the subject vocabulary;
 // a dataset without a license or terms is published (Dataverse refuses
 // it). Ingest only renames (no variables, no failure, and the .tab name
@@ -261,6 +309,10 @@ type dvDataset struct {
 	major, minor  int  // the latest version's number; 0.0 before the first publish
 	finalizing    bool
 	finalizeUntil time.Time
+	// pub is the latest released version, nil before the first release;
+	// versions the numbers of every release.
+	pub      *dvRelease
+	versions []string
 
 	indexed   *dvHit
 	pending   *dvHit
@@ -270,6 +322,7 @@ type dvDataset struct {
 
 type dvFile struct {
 	id          int64
+	released    bool // in a released version
 	label       string
 	dir         string
 	description string
@@ -359,7 +412,8 @@ func (dv *Dataverse) Datasets() []DataverseDataset {
 	dv.settleAll(dv.now())
 	out := make([]DataverseDataset, 0, len(dv.order))
 	for _, ds := range dv.order {
-		d := DataverseDataset{ID: ds.id, PersistentID: dv.pid(ds), VersionState: ds.state(), OtherIDs: slices.Clone(ds.otherIDs), Created: ds.created}
+		d := DataverseDataset{ID: ds.id, PersistentID: dv.pid(ds), VersionState: ds.state(), OtherIDs: slices.Clone(ds.otherIDs), Created: ds.created,
+			Title: fieldString(ds.version, "title"), Versions: slices.Clone(ds.versions)}
 		for _, f := range ds.files {
 			d.Files = append(d.Files, DataverseFile{Label: f.label, DirectoryLabel: f.dir, MD5: f.md5, Size: f.size})
 		}
@@ -389,6 +443,10 @@ func (dv *Dataverse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dv.contents(w, r, parts[1], user)
 	case len(parts) >= 2 && parts[0] == "datasets":
 		dv.routeDataset(w, r, parts[1], strings.Join(parts[2:], "/"), user)
+	case len(parts) == 3 && parts[0] == "files" && parts[2] == "replace" && r.Method == http.MethodPost:
+		dv.replace(w, r, parts[1], user)
+	case len(parts) == 2 && parts[0] == "files" && r.Method == http.MethodDelete:
+		dv.deleteFile(w, r, parts[1], user)
 	default:
 		dvNoEndpoint(w)
 	}
@@ -401,10 +459,14 @@ func (dv *Dataverse) routeDataset(w http.ResponseWriter, r *http.Request, id, su
 		dv.readDataset(w, r, id)
 	case sub == "add" && r.Method == http.MethodPost:
 		dv.add(w, r, id, user)
-	case (sub == "versions/:draft/files" || sub == "versions/:latest/files") && r.Method == http.MethodGet:
-		dv.listFiles(w, r, id, strings.Contains(sub, ":draft"), user)
-	case (sub == "versions/:draft" || sub == "versions/:latest") && r.Method == http.MethodGet:
-		dv.readVersion(w, r, id, sub == "versions/:draft", user)
+	case strings.HasPrefix(sub, "versions/") && strings.HasSuffix(sub, "/files") && r.Method == http.MethodGet:
+		dv.listFiles(w, r, id, strings.TrimSuffix(strings.TrimPrefix(sub, "versions/"), "/files"), user)
+	case sub == "versions/:draft" && r.Method == http.MethodPut:
+		dv.putDraft(w, r, id, user)
+	case sub == "versions/:draft" && r.Method == http.MethodDelete:
+		dv.deleteDraft(w, r, id, user)
+	case strings.HasPrefix(sub, "versions/") && strings.Count(sub, "/") == 1 && r.Method == http.MethodGet:
+		dv.readVersion(w, r, id, strings.TrimPrefix(sub, "versions/"), user)
 	case sub == "actions/:publish" && r.Method == http.MethodPost:
 		dv.publish(w, r, id, user)
 	case sub == "locks" && r.Method == http.MethodGet:
@@ -703,6 +765,12 @@ type addRequest struct {
 // readAdd reads a multipart add: the file part is hashed and dropped. It
 // answers a refusal itself and returns false.
 func readAdd(w http.ResponseWriter, r *http.Request) (addRequest, bool) {
+	return readAddWith(w, r, nil)
+}
+
+// readAddWith reads a multipart add, and gives its jsonData to onJSON too
+// when set.
+func readAddWith(w http.ResponseWriter, r *http.Request, onJSON func([]byte)) (addRequest, bool) {
 	req := addRequest{tabIngest: true}
 	mr, err := r.MultipartReader()
 	if err != nil {
@@ -733,6 +801,9 @@ func readAdd(w http.ResponseWriter, r *http.Request) (addRequest, bool) {
 		case "jsonData":
 			jsonData, _ = io.ReadAll(io.LimitReader(part, 1<<20))
 		}
+	}
+	if len(jsonData) > 0 && onJSON != nil {
+		onJSON(jsonData)
 	}
 	if len(jsonData) > 0 {
 		var opts struct {
@@ -839,11 +910,8 @@ func (dv *Dataverse) addFile(ds *dvDataset, req addRequest, now time.Time) (*dvF
 			f.contentType = "text/tab-separated-values"
 		}
 	}
+	dv.openDraft(ds, now)
 	ds.files = append(ds.files, f)
-	if !ds.draft {
-		ds.versionCreated = now // a new draft after a release
-	}
-	ds.draft = true
 	dv.stats.Files++
 	dv.reindex(ds, now)
 	return f, warning
@@ -861,7 +929,7 @@ func (ds *dvDataset) nameTaken(dir, label string) bool {
 
 // listFiles serves GET /api/datasets/{id}/versions/:draft/files (and
 // :latest).
-func (dv *Dataverse) listFiles(w http.ResponseWriter, r *http.Request, id string, draft, user bool) {
+func (dv *Dataverse) listFiles(w http.ResponseWriter, r *http.Request, id, which string, user bool) {
 	ft, answered := dv.inj.early(w, "read", r.URL.Path+"?"+r.URL.RawQuery)
 	if answered {
 		return
@@ -872,20 +940,16 @@ func (dv *Dataverse) listFiles(w http.ResponseWriter, r *http.Request, id string
 	}
 	dv.mu.Lock()
 	var out []byte
-	if ds.shows(draft, user) {
-		entries := make([]any, 0, len(ds.files))
-		for _, f := range ds.files {
+	if v, ok := ds.pick(which, user); ok {
+		entries := make([]any, 0, len(v.files))
+		for _, f := range v.files {
 			entries = append(entries, dv.fileEntry(ds, f))
 		}
 		out = dvOK(entries)
 	}
 	dv.mu.Unlock()
 	if out == nil {
-		version := ":latest"
-		if draft {
-			version = ":draft"
-		}
-		dvError(w, http.StatusNotFound, "Dataset version "+version+" of dataset "+strconv.FormatInt(ds.id, 10)+" not found")
+		dvVersionNotFound(w, ds, which)
 		return
 	}
 	dv.finish(w, r, ft, http.StatusOK, out)
@@ -950,6 +1014,10 @@ func (dv *Dataverse) publish(w http.ResponseWriter, r *http.Request, id string, 
 		refusal = "This dataset is locked. Reason: " + strings.Join(locks, ",") + ". Please try publishing later."
 	} else if !ds.draft {
 		refusal = "Latest version of dataset " + ds.identifier + " is already released. Only draft versions can be released."
+	} else if typ == "minor" && !ds.released {
+		refusal = "Cannot publish as minor version. Re-try as major release."
+	} else if typ == "minor" && !ds.minorUpdate() {
+		refusal = "Cannot release as minor version. Re-try as major release."
 	}
 	var out []byte
 	if refusal != "" {
@@ -974,10 +1042,14 @@ func (dv *Dataverse) publish(w http.ResponseWriter, r *http.Request, id string, 
 // accept numbers the draft and locks it for finalization. dv.mu is held.
 func (dv *Dataverse) accept(ds *dvDataset, minor bool, now time.Time) {
 	switch {
-	case !ds.released || !minor:
-		ds.major, ds.minor = ds.major+1, 0
+	case !ds.released:
+		ds.major, ds.minor = 1, 0
+	case !minor:
+		ds.major, ds.minor = ds.pub.major+1, 0
+		dv.stats.Major++
 	default:
-		ds.minor++
+		ds.major, ds.minor = ds.pub.major, ds.pub.minor+1
+		dv.stats.Minor++
 	}
 	ds.finalizing, ds.finalizeUntil = true, now.Add(dv.cfg.PublishLag)
 	dv.stats.Publishes++
@@ -1014,6 +1086,11 @@ func (dv *Dataverse) settle(ds *dvDataset, now time.Time) {
 			ds.releasedAt = ds.finalizeUntil
 		}
 		ds.finalizing, ds.draft, ds.released = false, false, true
+		ds.pub = &dvRelease{version: ds.version, otherIDs: ds.otherIDs, files: slices.Clone(ds.files), major: ds.major, minor: ds.minor, created: ds.versionCreated}
+		for _, f := range ds.files {
+			f.released = true
+		}
+		ds.versions = append(ds.versions, strconv.Itoa(ds.major)+"."+strconv.Itoa(ds.minor))
 		dv.stats.Released++
 		dv.reindex(ds, ds.finalizeUntil)
 	}
@@ -1108,28 +1185,28 @@ func (dv *Dataverse) datasetDoc(ds *dvDataset, now time.Time, withVersion bool) 
 // versionDoc is the dataset's latest version as JsonPrinter prints one,
 // without its files. dv.mu is held.
 func (dv *Dataverse) versionDoc(ds *dvDataset) map[string]any {
-	v := maps.Clone(ds.version)
-	v["versionState"], v["versionNumber"], v["versionMinorNumber"] = ds.state(), ds.major, ds.minor
-	v["datasetId"], v["datasetPersistentId"] = ds.id, dv.pid(ds)
-	// JsonPrinter's format: whole seconds, UTC.
-	v["createTime"] = ds.versionCreated.UTC().Format("2006-01-02T15:04:05Z")
-	return v
+	return dv.versionDocOf(ds, ds.latest())
 }
 
-// shows reports whether the version asked for is there for the caller:
-// the draft (draft) only for a user with the token (user), the latest
-// once released for anyone, and before that for a user. dv.mu held.
-func (ds *dvDataset) shows(draft, user bool) bool {
-	if draft {
-		return ds.draft && user
+// versionDocOf is version v of the dataset as JsonPrinter prints one,
+// without its files; a draft has no number (null, left out) until its
+// publication numbers it. dv.mu is held.
+func (dv *Dataverse) versionDocOf(ds *dvDataset, v dvVersionView) map[string]any {
+	doc := maps.Clone(v.version)
+	doc["versionState"] = v.state
+	if v.state == "RELEASED" || ds.finalizing {
+		doc["versionNumber"], doc["versionMinorNumber"] = v.major, v.minor
 	}
-	return ds.released || user
+	doc["datasetId"], doc["datasetPersistentId"] = ds.id, dv.pid(ds)
+	// JsonPrinter's format: whole seconds, UTC.
+	doc["createTime"] = v.created.UTC().Format("2006-01-02T15:04:05Z")
+	return doc
 }
 
 // readVersion serves GET /api/datasets/{id}/versions/:latest and
 // :draft: the version, with its files unless excludeFiles=true; a
 // version the caller cannot see is a 404, as listFiles answers it.
-func (dv *Dataverse) readVersion(w http.ResponseWriter, r *http.Request, id string, draft, user bool) {
+func (dv *Dataverse) readVersion(w http.ResponseWriter, r *http.Request, id, which string, user bool) {
 	ft, answered := dv.inj.early(w, "read", r.URL.Path+"?"+r.URL.RawQuery)
 	if answered {
 		return
@@ -1140,20 +1217,20 @@ func (dv *Dataverse) readVersion(w http.ResponseWriter, r *http.Request, id stri
 	}
 	dv.mu.Lock()
 	var out []byte
-	if ds.shows(draft, user) {
-		v := dv.versionDoc(ds)
+	if v, ok := ds.pick(which, user); ok {
+		doc := dv.versionDocOf(ds, v)
 		if r.URL.Query().Get("excludeFiles") != "true" {
-			files := make([]any, 0, len(ds.files))
-			for _, f := range ds.files {
+			files := make([]any, 0, len(v.files))
+			for _, f := range v.files {
 				files = append(files, dv.fileEntry(ds, f))
 			}
-			v["files"] = files
+			doc["files"] = files
 		}
-		out = dvOK(v)
+		out = dvOK(doc)
 	}
 	dv.mu.Unlock()
 	if out == nil {
-		dvError(w, http.StatusNotFound, "Dataset version not found")
+		dvVersionNotFound(w, ds, which)
 		return
 	}
 	dv.finish(w, r, ft, http.StatusOK, out)

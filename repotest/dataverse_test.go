@@ -384,7 +384,9 @@ func TestDataverseContentsListsChildrenThenDatasetsAsDataverseDoes(t *testing.T)
 	v = dvGet(t, s, "/api/datasets/:persistentId/versions/:draft?persistentId="+url.QueryEscape(second)).(map[string]any)
 	require.Equal(t, "DRAFT", v["versionState"])
 	a := mustSend(t, s.Client(), http.MethodGet, s.URL+"/api/datasets/2/versions/:draft", "", "X-Dataverse-key", dvToken)
-	dvRefusal(t, http.StatusNotFound, "Dataset version not found", a)
+	// getDatasetVersionOrDie answers before getVersion's own "Dataset
+	// version not found" is reached.
+	dvRefusal(t, http.StatusNotFound, "Dataset version :draft of dataset 2 not found", a)
 }
 
 // With Unindexed, a share of the datasets never shows in search, however
@@ -532,4 +534,96 @@ func TestDataverseConcurrentWritesAreAllKept(t *testing.T) {
 		require.Equal(t, md5Hex("same bytes"), f.MD5)
 	}
 	require.Len(t, labels, n, "every copy has a name of its own")
+}
+
+// dvSend sends method to pathQuery as the user with body (JSON when it is
+// not multipart).
+func dvSend(t testing.TB, s *DataverseServer, method, pathQuery, body string, hdr ...string) answer {
+	t.Helper()
+	return mustSend(t, s.Client(), method, s.URL+pathQuery, body, append([]string{"X-Dataverse-key", dvToken}, hdr...)...)
+}
+
+// dvVersionJSON is the version (not wrapped) of dvDatasetJSON, titled title.
+func dvVersionJSON(t testing.TB, marker, title string) string {
+	t.Helper()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.Replace(dvDatasetJSON(marker), "Rainfall in Utrecht", title, 1)), &doc))
+	b, err := json.Marshal(doc["datasetVersion"])
+	require.NoError(t, err)
+	return string(b)
+}
+
+// A released dataset's next version: PUT .../versions/:draft makes the
+// draft (a copy of the release's files) or overwrites it; a replace is a
+// new file id and refuses the same content; minor is refused for a first
+// release and for any change of the files, and numbers N.m+1, major
+// (N+1).0; :latest-published shows the release while the draft is open;
+// deleting the draft brings the release back as the latest.
+func TestDataverseDraftVersionsReplaceDeleteAndMinorMajor(t *testing.T) {
+	s := startDataverse(t, DataverseConfig{})
+	pid := dvCreate(t, s, "m")
+	q := "?persistentId=" + url.QueryEscape(pid)
+	require.Equal(t, http.StatusOK, dvAdd(t, s, pid, dvToken, "a.txt", "one", "").status)
+	require.Equal(t, http.StatusOK, dvAdd(t, s, pid, dvToken, "b.txt", "two", "").status)
+	publish := func(typ string) answer {
+		return dvSend(t, s, http.MethodPost, "/api/datasets/:persistentId/actions/:publish"+q+"&type="+typ, "")
+	}
+	dvRefusal(t, http.StatusForbidden, "Cannot publish as minor version. Re-try as major release.", publish("minor"))
+	require.Equal(t, http.StatusOK, publish("major").status)
+	dvRefusal(t, http.StatusNotFound, "Dataset version :draft of dataset 1 not found", dvSend(t, s, http.MethodGet, "/api/datasets/:persistentId/versions/:draft"+q, ""))
+
+	// Metadata only: minor, 1.1.
+	a := dvSend(t, s, http.MethodPut, "/api/datasets/:persistentId/versions/:draft"+q, dvVersionJSON(t, "m", "Rain, corrected"), "Content-Type", "application/json")
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	draft := dvBody(t, a)["data"].(map[string]any)
+	require.Equal(t, "DRAFT", draft["versionState"])
+	require.NotContains(t, draft, "versionNumber", "a draft has no number")
+	require.Len(t, draft["files"], 2, "the draft copies the release's files")
+	pub := dvGet(t, s, "/api/datasets/:persistentId/versions/:latest-published"+q).(map[string]any)
+	require.Equal(t, float64(1), pub["versionNumber"])
+	require.Equal(t, "Rainfall in Utrecht", fieldString(pub, "title"), "the release is as it was")
+	a = dvSend(t, s, http.MethodPut, "/api/datasets/:persistentId/versions/:draft"+q, `{"files":[{"label":"x"}]}`, "Content-Type", "application/json")
+	dvRefusal(t, http.StatusBadRequest, "You may not add files via this api.", a)
+	require.Equal(t, http.StatusOK, publish("minor").status)
+	require.Equal(t, []string{"1.0", "1.1"}, s.Datasets()[0].Versions)
+	require.Equal(t, "Rain, corrected", s.Datasets()[0].Title)
+
+	// A file replaced: a new id; the same content is refused; minor is
+	// refused; major is 2.0.
+	files := dvGet(t, s, "/api/datasets/:persistentId/versions/:latest-published/files"+q).([]any)
+	aID := fmt.Sprint(files[0].(map[string]any)["dataFile"].(map[string]any)["id"])
+	bID := fmt.Sprint(files[1].(map[string]any)["dataFile"].(map[string]any)["id"])
+	body, ct := dvAddBody(t, "a.txt", "one", `{"forceReplace":true}`)
+	dvRefusal(t, http.StatusBadRequest, "Error! You may not replace a file with a file that has duplicate content.",
+		dvSend(t, s, http.MethodPost, "/api/files/"+aID+"/replace", body, "Content-Type", ct))
+	body, ct = dvAddBody(t, "a.txt", "one, again", `{"forceReplace":true}`)
+	a = dvSend(t, s, http.MethodPost, "/api/files/"+aID+"/replace", body, "Content-Type", ct)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	added := dvBody(t, a)["data"].(map[string]any)["files"].([]any)[0].(map[string]any)["dataFile"].(map[string]any)
+	require.NotEqual(t, aID, fmt.Sprint(added["id"]), "a replacement is a new file")
+	dvRefusal(t, http.StatusForbidden, "Cannot release as minor version. Re-try as major release.", publish("minor"))
+	a = dvSend(t, s, http.MethodDelete, "/api/files/"+bID, "")
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Equal(t, false, dvBody(t, a)["data"], "a released file stays in the releases")
+	a = dvSend(t, s, http.MethodDelete, "/api/files/"+bID, "")
+	require.Equal(t, http.StatusBadRequest, a.status, "not in the draft any more")
+	require.Equal(t, http.StatusOK, publish("major").status)
+	ds := s.Datasets()[0]
+	require.Equal(t, []string{"1.0", "1.1", "2.0"}, ds.Versions)
+	require.Len(t, ds.Files, 1)
+	require.Equal(t, md5Hex("one, again"), ds.Files[0].MD5)
+
+	// A draft deleted: the release is the latest again; no draft, no delete.
+	require.Equal(t, http.StatusOK, dvSend(t, s, http.MethodPut, "/api/datasets/:persistentId/versions/:draft"+q, dvVersionJSON(t, "m", "Scrap"), "Content-Type", "application/json").status)
+	require.Equal(t, http.StatusOK, dvSend(t, s, http.MethodDelete, "/api/datasets/:persistentId/versions/:draft"+q, "").status)
+	dvRefusal(t, http.StatusUnauthorized, "This is NOT a DRAFT version", dvSend(t, s, http.MethodDelete, "/api/datasets/:persistentId/versions/:draft"+q, ""))
+	ds = s.Datasets()[0]
+	require.Equal(t, "RELEASED", ds.VersionState)
+	require.Equal(t, "Rain, corrected", ds.Title)
+	st := s.Stats()
+	require.Equal(t, int64(1), st.Minor)
+	require.Equal(t, int64(1), st.Major)
+	require.Equal(t, int64(1), st.Replaced)
+	require.Equal(t, int64(1), st.Deleted)
+	require.Equal(t, int64(1), st.Discarded)
 }

@@ -192,7 +192,7 @@ func invenioObjectsChaos(t *testing.T, version bool, seed uint64) {
 	db := filepath.Join(filepath.Dir(o.dir), "objects.db")
 	runArgs := func(endpoint, db, input string) []string {
 		args := []string{"run", "--protocol", "invenio", "--endpoint", endpoint + "/api", "--datasets", o.dir,
-			"--identity", "/metadata/identifiers/0/identifier", "--settle", "30ms", "--rate", "0", "--search-rate", "0",
+			"--identity", "/identifiers/0/identifier", "--settle", "30ms", "--rate", "0", "--search-rate", "0",
 			"--concurrency", "8", "--db", db, "--json", input}
 		if version {
 			args = append(args, "--on-change", "version")

@@ -186,7 +186,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.IntVar(&o.concurrency, "concurrency", 4, "requests in flight at once (items waiting to retry hold none)")
 	fs.StringVar(&o.form, "form", "jcs", "canonical form of the key: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	fs.Var(&o.ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key, not the body; repeatable")
-	fs.Var(&o.identity, "identity", "JSON `POINTER` whose value (a string or an integer) names the object a line describes; repeatable: an object keeps one record, a changed line updates it, an old one is stale (put, webdav, s3, couchdb, datacite: --identity /doi for DOIs the lines name; invenio, with --datasets too; see docs/design.md)")
+	fs.Var(&o.identity, "identity", "JSON `POINTER` whose value (a string or an integer) names the object a line describes; repeatable: an object keeps one record, a changed line updates it, an old one is stale (put, webdav, s3, couchdb, datacite: --identity /doi for DOIs the lines name; invenio: an edit or a new version; dataverse: a new minor or major version; with --datasets, read in a dataset's metadata; see docs/design.md)")
 	fs.StringVar(&o.versionPtr, "version-pointer", "", "with --identity: JSON `POINTER` of a line's version (an integer or an RFC 3339 time); an older or equal version is stale even if never seen")
 	fs.BoolVar(&o.allowRevert, "allow-revert", false, "with --identity: apply a version the object had before instead of reporting it stale")
 	fs.Var(&o.headers, "header", "`'Name: value'` added to every request; repeatable")

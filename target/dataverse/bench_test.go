@@ -189,3 +189,91 @@ func BenchmarkDataverseScan(b *testing.B) {
 	b.ReportMetric((median(onFresh, ms)-median(onScanned, ms))/datasets*1000, "scan-ms/1000datasets")
 	b.ReportMetric(0, "ns/op")
 }
+
+// BenchmarkDataverseUpdates compares, on the stub at concurrency 8 with a
+// SQLite store, creates of 50 datasets named by an identity (two files
+// each) with their updates: a metadata correction (a minor version) and a
+// change of one file (replaced: a major version). Each iteration is one
+// round of the three batches, in that order, on a fresh server and store,
+// so the kinds alternate; the metrics are the medians over the rounds
+// (run with -benchtime=5x): datasets/s and requests per dataset.
+func BenchmarkDataverseUpdates(b *testing.B) {
+	const n = 50
+	kinds := []string{"create", "minor", "major"}
+	rates := map[string][]float64{}
+	requests := map[string][]float64{}
+	for range b.N {
+		srv, err := repotest.NewDataverseServer(repotest.DataverseConfig{Token: token})
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir := b.TempDir()
+		store, err := dedup.Open(filepath.Join(dir, "deposit.db"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := client.New(client.Config{
+			Target: dataverse.Target{Endpoint: srv.URL, Collection: "root", Token: token, SettleTime: 10 * time.Millisecond},
+			Store:  store, Rate: -1, Identity: []string{labID},
+			Retry: backoff.Policy{Base: time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 10, MaxElapsed: 30 * time.Second},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, kind := range kinds {
+			items := objectItems(b, dir, n, kind)
+			before := srv.Stats().Requests
+			start := time.Now()
+			sum, err := c.Run(b.Context(), items, client.BatchOptions{Concurrency: 8})
+			elapsed := time.Since(start)
+			if err != nil || sum.Failed+sum.Unresolved > 0 {
+				b.Fatalf("%s: %+v, %v", kind, sum, err)
+			}
+			rates[kind] = append(rates[kind], n/elapsed.Seconds())
+			requests[kind] = append(requests[kind], float64(srv.Stats().Requests-before)/n)
+		}
+		if s := srv.Stats(); s.Minor != n || s.Major != n {
+			b.Fatalf("%d minor, %d major versions for %d datasets", s.Minor, s.Major, n)
+		}
+		store.Close()
+		srv.Close()
+	}
+	for _, kind := range kinds {
+		b.ReportMetric(median(rates[kind]), kind+"-datasets/s")
+		b.ReportMetric(median(requests[kind]), kind+"-requests/dataset")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	return s[len(s)/2]
+}
+
+// objectItems writes n datasets named LAB-i under dir as the batch kind
+// gives them: "create" and "minor" (a new title) with the same files,
+// "major" with a.txt changed.
+func objectItems(b *testing.B, dir string, n int, kind string) iter.Seq[client.Item] {
+	var items []client.Item
+	for i := range n {
+		for name, content := range map[string]string{"a.txt": "a", "sub/b.txt": "b"} {
+			if kind == "major" && name == "a.txt" {
+				content = "a, measured again"
+			}
+			p := filepath.Join(dir, fmt.Sprint(i), filepath.FromSlash(name))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(fmt.Sprintf("%s of %d\n", content, i)), 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		title := fmt.Sprintf("Survey %d", i)
+		if kind != "create" {
+			title += ", corrected"
+		}
+		items = append(items, client.Item{Line: int64(i + 1), Dataset: &client.Dataset{Dir: dir,
+			Metadata: objMetadata(fmt.Sprintf("LAB-%d", i), title), Files: []string{fmt.Sprintf("%d/a.txt", i), fmt.Sprintf("%d/sub/b.txt", i)}}})
+	}
+	return slices.Values(items)
+}

@@ -179,7 +179,8 @@ func (d *dv) target(step string) string {
 
 func (d *dv) Name() string { return d.target("") }
 func (d *dv) StepTargets() []string {
-	return []string{d.target("look"), d.target("dataset"), d.target("files"), d.target("file")}
+	return []string{d.target("look"), d.target("dataset"), d.target("files"), d.target("file"),
+		d.target("draft-look"), d.target("draft-discard"), d.target("draft"), d.target("draft-file"), d.target("draft-publish"), d.target("version")}
 }
 func (d *dv) SecretFingerprint() string { return "" }
 func (d *dv) Guards(name string) bool   { return http.CanonicalHeaderKey(name) == "X-Dataverse-Key" }
@@ -218,7 +219,9 @@ func (d *dv) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 		}
 	}
 	marker := Marker(k.Key)
-	body, err := createBody(payload, marker, d.agency)
+	// An object's record names the version it holds too (k.Version, its
+	// content key; see UpdateSteps).
+	body, err := createBody(payload, marker, d.agency, k.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -309,10 +312,11 @@ func (d *dv) createStep(key, marker string, body []byte) driver.Step {
 	}
 }
 
-// createBody is the payload with the marker merged into the citation
-// block's otherId: appended to the values the user set, never replacing
-// them. A payload that holds another deposit's marker is refused.
-func createBody(payload []byte, marker, agency string) ([]byte, error) {
+// createBody is the payload with the marker (and the version marker of
+// versionKey, unless "") merged into the citation block's otherId: appended
+// to the values the user set, never replacing them. A payload that holds
+// another deposit's marker, or a version marker, is refused.
+func createBody(payload []byte, marker, agency, versionKey string) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	var doc map[string]any
@@ -326,9 +330,15 @@ func createBody(payload []byte, marker, agency string) ([]byte, error) {
 	if !ok {
 		return nil, errors.New("dataverse: the payload has no datasetVersion.metadataBlocks.citation.fields array")
 	}
-	ours := map[string]any{
-		"otherIdAgency": map[string]any{"typeName": "otherIdAgency", "multiple": false, "typeClass": "primitive", "value": agency},
-		"otherIdValue":  map[string]any{"typeName": "otherIdValue", "multiple": false, "typeClass": "primitive", "value": marker},
+	otherID := func(value string) any {
+		return map[string]any{
+			"otherIdAgency": map[string]any{"typeName": "otherIdAgency", "multiple": false, "typeClass": "primitive", "value": agency},
+			"otherIdValue":  map[string]any{"typeName": "otherIdValue", "multiple": false, "typeClass": "primitive", "value": value},
+		}
+	}
+	ours := []any{otherID(marker)}
+	if versionKey != "" {
+		ours = append(ours, otherID(VersionMarker(versionKey)))
 	}
 	merged := false
 	for _, item := range fields {
@@ -341,14 +351,18 @@ func createBody(payload []byte, marker, agency string) ([]byte, error) {
 			return nil, errors.New("dataverse: the citation field otherId must have a list of values")
 		}
 		for _, v := range values {
-			if other := otherIDValue(v); strings.HasPrefix(other, markerPrefix) && other != marker {
+			other := otherIDValue(v)
+			if strings.HasPrefix(other, markerPrefix) && other != marker {
 				return nil, fmt.Errorf("dataverse: otherId already holds the deposit marker %s, not this payload's %s", other, marker)
 			}
+			if strings.HasPrefix(other, versionPrefix) {
+				return nil, fmt.Errorf("dataverse: otherId holds a version marker %s (leave it out: deposit sets it)", other)
+			}
 		}
-		f["value"], merged = append(values, ours), true
+		f["value"], merged = append(values, ours...), true
 	}
 	if !merged {
-		cit["fields"] = append(fields, map[string]any{"typeName": "otherId", "multiple": true, "typeClass": "compound", "value": []any{ours}})
+		cit["fields"] = append(fields, map[string]any{"typeName": "otherId", "multiple": true, "typeClass": "compound", "value": ours})
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

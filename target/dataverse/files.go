@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,6 +30,7 @@ type fileEntry struct {
 	Label          string `json:"label"`
 	DirectoryLabel string `json:"directoryLabel"`
 	DataFile       struct {
+		ID               int64  `json:"id"`
 		Filename         string `json:"filename"`
 		OriginalFileName string `json:"originalFileName"`
 		TabularData      bool   `json:"tabularData"`
@@ -42,6 +44,17 @@ type fileEntry struct {
 // checksum is "TYPE:value" of the entry, as its step's identifier.
 func (e fileEntry) checksum() string {
 	return e.DataFile.Checksum.Type + ":" + strings.ToLower(e.DataFile.Checksum.Value)
+}
+
+// label is the entry's name.
+func (e fileEntry) label() string { return cmp.Or(e.Label, e.DataFile.Filename) }
+
+// path is the entry's dataset path, folder and name.
+func (e fileEntry) path() string {
+	if dir := strings.Trim(e.DirectoryLabel, "/"); dir != "" {
+		return dir + "/" + e.label()
+	}
+	return e.label()
 }
 
 // localFile is one file of a dataset, with its checksums of the other
@@ -93,19 +106,23 @@ func folderAndName(p string) (string, string) {
 	return strings.Trim(dir, "/"), name
 }
 
-// matches reports whether e is this file: the same folder, the same name
-// (or, ingested, its .tab name with the original's), and the same
+// matches reports whether e is this file: named as it is, with the same
 // checksum (ingest keeps the original's).
 func (f *localFile) matches(e fileEntry) bool {
+	return f.named(e) && e.DataFile.Checksum.Value != "" && strings.EqualFold(f.sum(e.DataFile.Checksum.Type), e.DataFile.Checksum.Value)
+}
+
+// named reports whether e is at this file's path: the same folder, the
+// same name (or, ingested, its .tab name with the original's).
+func (f *localFile) named(e fileEntry) bool {
 	dir, name := folderAndName(f.Path)
 	if strings.Trim(e.DirectoryLabel, "/") != dir {
 		return false
 	}
-	label := cmp.Or(e.Label, e.DataFile.Filename)
+	label := e.label()
 	tab := strings.TrimSuffix(name, path.Ext(name)) + ".tab"
-	named := label == name || (e.DataFile.TabularData && label == tab &&
+	return label == name || (e.DataFile.TabularData && label == tab &&
 		(e.DataFile.OriginalFileName == "" || e.DataFile.OriginalFileName == name))
-	return named && e.DataFile.Checksum.Value != "" && strings.EqualFold(f.sum(e.DataFile.Checksum.Type), e.DataFile.Checksum.Value)
 }
 
 // fileList reads a version's file list.
@@ -164,7 +181,7 @@ func localFiles(dir string, files []driver.DatasetFile) []*localFile {
 // fileStep adds one file. It is settled by a file list that holds it; after
 // an ambiguous answer the list is read before it is sent again.
 func (d *dv) fileStep(key string, f *localFile) driver.Step {
-	body := d.multipart(key, f)
+	body := d.multipart(key, f, nil)
 	return driver.Step{
 		Label: "file " + strconv.Quote(f.Path), Target: d.target("file"), Key: key + " " + f.Path, Durable: true,
 		Settled: func(prior []string) (string, bool) {
@@ -178,26 +195,7 @@ func (d *dv) fileStep(key string, f *localFile) driver.Step {
 			return driver.Request{Method: http.MethodPost, Header: h, Open: body.open, Size: body.size, Full: true,
 				URL: d.api("datasets/:persistentId/add", url.Values{"persistentId": {prior[1]}})}, nil
 		},
-		Judge: func(a driver.Answer) driver.Verdict {
-			v := judge(a, addStep)
-			if v.Class != driver.Created {
-				return v
-			}
-			var added struct {
-				Message string `json:"message"`
-				Data    struct {
-					Files []fileEntry `json:"files"`
-				} `json:"data"`
-			}
-			if json.Unmarshal(a.Body, &added) != nil || len(added.Data.Files) != 1 || added.Data.Files[0].DataFile.Checksum.Value == "" {
-				return driver.Verdict{Class: driver.Ambiguous, Problem: "the add answer names no file with a checksum"}
-			}
-			v.ID = added.Data.Files[0].checksum()
-			if strings.Contains(added.Message, "same content") {
-				v.Warn = "Dataverse already held a file with the same content as one added (it keeps both): " + driver.OneLine(added.Message)
-			}
-			return v
-		},
+		Judge: judgeAdded,
 		Check: &driver.Check{
 			Build: func(prior []string) (driver.Request, error) { return d.get(d.filesURL(prior[1])), nil },
 			Judge: func(a driver.Answer) driver.Finding {
@@ -217,6 +215,29 @@ func (d *dv) fileStep(key string, f *localFile) driver.Step {
 	}
 }
 
+// judgeAdded judges the answer to an add or a replace: its identifier is
+// the checksum of the one file it names.
+func judgeAdded(a driver.Answer) driver.Verdict {
+	v := judge(a, addStep)
+	if v.Class != driver.Created {
+		return v
+	}
+	var added struct {
+		Message string `json:"message"`
+		Data    struct {
+			Files []fileEntry `json:"files"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(a.Body, &added) != nil || len(added.Data.Files) != 1 || added.Data.Files[0].DataFile.Checksum.Value == "" {
+		return driver.Verdict{Class: driver.Ambiguous, Problem: "the add answer names no file with a checksum"}
+	}
+	v.ID = added.Data.Files[0].checksum()
+	if strings.Contains(added.Message, "same content") {
+		v.Warn = "Dataverse already held a file with the same content as one added (it keeps both): " + driver.OneLine(added.Message)
+	}
+	return v
+}
+
 // multipartBody is an add's body: the jsonData part, then the file's
 // bytes, read afresh for every attempt.
 type multipartBody struct {
@@ -227,13 +248,15 @@ type multipartBody struct {
 	size       int64
 }
 
-// multipart builds the add's body for f; its boundary is derived from the
-// deposit and the path, so every attempt sends the same bytes.
-func (d *dv) multipart(key string, f *localFile) *multipartBody {
+// multipart builds the add's body for f, with the jsonData options extra
+// beside the add's own; its boundary is derived from the deposit and the
+// path, so every attempt sends the same bytes.
+func (d *dv) multipart(key string, f *localFile, extra map[string]any) *multipartBody {
 	sum := sha256.Sum256([]byte(key + "\x00" + f.Path))
 	boundary := "deposit-" + hex.EncodeToString(sum[:16])
 	dir, name := folderAndName(f.Path)
 	opts := map[string]any{"tabIngest": d.ingest}
+	maps.Copy(opts, extra)
 	if dir != "" {
 		opts["directoryLabel"] = dir
 	}
