@@ -416,11 +416,15 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 // record holding the version the store recorded; the update's intent is
 // obj.Pending.
 func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, obj dedup.Object) error {
-	obj, done, err := o.reconcile(ctx, obj)
-	if done || err != nil {
-		return err
+	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier}
+	if !o.resumesUpdate(ctx, su, obj, u) {
+		var done bool
+		var err error
+		if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
+			return err
+		}
+		u = driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held}
 	}
-	u := driver.ObjectUpdate{Key: updateKey(o.k.Object, obj.Updates+1, o.k.Key), Record: obj.Identifier, Held: o.held}
 	src := source{update: func(k canonical.Keyed) ([]step, error) {
 		// The payload's own Keyed, with the body the steps' intent kept.
 		uk := o.k
@@ -453,6 +457,28 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	}
 	o.res.Outcome = OutcomeUpdated
 	return nil
+}
+
+// resumesUpdate reports whether an earlier run left this very update's
+// primary step pending (its intent recorded, its outcome unknown): its
+// steps are resumed as they are (a step the server accepted is polled,
+// never sent again), without the read, which could find the update
+// applied and leave that row pending for good.
+func (o *objectRun) resumesUpdate(ctx context.Context, su driver.StepUpdater, obj dedup.Object, u driver.ObjectUpdate) bool {
+	if obj.Pending != o.k.Key {
+		return false
+	}
+	steps, err := su.UpdateSteps(o.k, u)
+	if err != nil {
+		return false
+	}
+	for _, s := range steps {
+		if s.Primary {
+			rec, err := o.c.store.Lookup(ctx, s.Target, s.Key)
+			return err == nil && rec.State == dedup.StatePending
+		}
+	}
+	return false
 }
 
 // reconcile reads the record before an update is sent on its tag: holding

@@ -812,10 +812,17 @@ type tail struct {
 	recoveredShown, staleShown int
 }
 
+// objects reports whether the lines name objects: with --identity, or
+// under a target that names them itself (crossref: a work's DOI).
+func (o runOptions) objects() bool {
+	p, _ := protocol.Parse(o.protocol)
+	return len(o.identity) > 0 || p == protocol.Crossref
+}
+
 // printSummary writes the final human summary.
 func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed", plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed)
-	if len(o.identity) > 0 {
+	if o.objects() {
 		fmt.Fprintf(w, ", %d updated, %d stale", sum.Updated, sum.Stale)
 	}
 	fmt.Fprintf(w, ", %d failed, %d invalid, %d unresolved", sum.Failed, sum.Invalid, sum.Unresolved)
