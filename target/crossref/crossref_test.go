@@ -460,3 +460,14 @@ func TestThePasswordIsInNothingTheRunWrites(t *testing.T) {
 		require.NotContains(t, all, secret)
 	}
 }
+
+// DOIs are case-insensitive: lines naming 10.5555/Reef-1 and
+// 10.5555/REEF-1 are one work, the second one's newer file its update.
+func TestADOIInAnotherCaseIsTheSameWork(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	rs, _ := e.run(line("10.5555/Reef-1", "Reef", 20260101000000000, "b-1"),
+		line("10.5555/REEF-1", "Reef, corrected", 20260201000000000, "b-2"))
+	require.Equal(t, []client.Outcome{"created", "updated"}, outcomes(rs))
+	require.Equal(t, rs[0].Object, rs[1].Object, "one object")
+	require.Equal(t, map[string]int64{"10.5555/reef-1": 2}, e.srv.Stats().Versions)
+}

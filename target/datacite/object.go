@@ -247,3 +247,41 @@ func dcMessages(body []byte) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Payload folds the DOI a payload names (attributes.doi, in either shape)
+// to lower case before the payload is keyed, so that two lines naming
+// 10.5072/Reef-1 and 10.5072/REEF-1 are one object: DOI names are
+// case-insensitive (the DOI Handbook, 2.4,
+// https://www.doi.org/doi_handbook/2_Numbering.html), and DataCite stores
+// them upper-cased (set_defaults in datacite/lupo's app/models/doi.rb). A
+// payload whose DOI is in lower case already, or that names none, is
+// keyed as it is, byte for byte.
+func (dataciteDriver) Payload(canonical []byte) (body, keyText []byte, err error) {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	if dec.Decode(&doc) != nil {
+		return canonical, canonical, nil // not an object: the steps refuse it in their words
+	}
+	attrs := doc
+	if data, ok := doc["data"].(map[string]any); ok && len(doc) == 1 {
+		if attrs, ok = data["attributes"].(map[string]any); !ok {
+			return canonical, canonical, nil
+		}
+	}
+	doi, ok := attrs["doi"].(string)
+	if !ok || doi == strings.ToLower(doi) {
+		return canonical, canonical, nil
+	}
+	attrs["doi"] = strings.ToLower(doi)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, nil, fmt.Errorf("datacite payload: %w", err)
+	}
+	out := bytes.TrimRight(buf.Bytes(), "\n")
+	return out, out, nil
+}
+
+var _ driver.Payloader = dataciteDriver{}

@@ -263,3 +263,25 @@ func TestAnAmbiguousUpdateIsSettledByTheRead(t *testing.T) {
 	require.Equal(t, int64(1), dc.Stats().MetadataUpdates, "exactly one update at the stub")
 	require.Equal(t, "v2", titleOf(t, dc.DOIs()[0]))
 }
+
+// DOIs are case-insensitive: lines naming 10.5072/Reef-1 and
+// 10.5072/REEF-1 are one object, one DOI, the second line its update; a
+// DOI in lower case keys as it always did.
+func TestADOIInAnotherCaseIsTheSameObject(t *testing.T) {
+	s := stub(t)
+	c := newClient(t, s.URL, openStore(t), "", "/doi")
+	lower := deposit(t, c, namedDOI(1, "Reef"))
+	k, err := c.Key([]byte(namedDOI(1, "Reef")))
+	require.NoError(t, err)
+	require.Equal(t, lower.Object, k.Object)
+
+	mixed := strings.Replace(namedDOI(2, "Reef 2"), "reef-2", "Reef-2", 1)
+	upper := strings.Replace(namedDOI(2, "Reef 2, corrected"), "reef-2", "REEF-2", 1)
+	first := deposit(t, c, mixed)
+	require.Equal(t, client.OutcomeCreated, first.Outcome)
+	second := deposit(t, c, upper)
+	require.Equal(t, client.OutcomeUpdated, second.Outcome)
+	require.Equal(t, first.Object, second.Object, "one object")
+	require.Equal(t, "10.5072/reef-2", second.Identifier)
+	require.Len(t, s.DOIs(), 2, "one DOI per object")
+}
