@@ -57,6 +57,7 @@ type runOptions struct {
 	results       string
 	json          bool
 	doiPrefix     string
+	adopt         bool
 	dataciteEvent string
 	noPublish     bool
 	settle        time.Duration
@@ -196,6 +197,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.results, "results", "", "write one JSON object per input line to `FILE`")
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object on stdout")
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
+	fs.BoolVar(&o.adopt, "adopt", false, "datacite with --identity: the repository's DOIs under --doi-prefix are ours to update: a DOI that exists without deposit's markers is updated (the markers added) instead of failed as another's")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.Var(&o.searchRate, "search-rate", fmt.Sprintf("invenio: searches per second, within --rate; 0 means no limit of their own (default %g, inside Zenodo's 30 a minute)", invenio.SearchRate))
@@ -310,7 +312,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, adopt: o.adopt, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
 		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait}, s.getenv)
 	if err != nil {

@@ -2,6 +2,8 @@ package datacite
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,7 +152,7 @@ func (d dataciteDriver) ReadObject(k canonical.Keyed) (driver.Request, error) {
 // marker is Foreign, as one registered before deposit was used (no
 // markers) or by a deposit without identity; 404 is Absent; anything else
 // settles nothing.
-func (dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
+func (d dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
 	if a.Err != nil {
 		return driver.ObjectState{}, driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 	}
@@ -172,8 +174,14 @@ func (dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Fin
 	}
 	m, _ := readMarkers(a.Body)
 	switch {
+	case m.object == "" && m.version == "" && d.adopt:
+		// Adopted: its version is named by its attributes as read, which
+		// no payload's content key is, so an update follows and adds the
+		// markers.
+		sum := sha256.Sum256(doc.Data.Attributes)
+		return driver.ObjectState{Body: doc.Data.Attributes, Version: "unmarked-" + hex.EncodeToString(sum[:])}, driver.Finding{Kind: driver.Present, ID: doc.Data.ID}
 	case m.object == "" && m.version == "":
-		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool, and is not updated (taking such DOIs over would need --adopt, which is not built)", doc.Data.ID, dataciteAltType)}
+		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool, and is not updated (--adopt takes the repository's DOIs under the prefix as ours to update)", doc.Data.ID, dataciteAltType)}
 	case m.version == "":
 		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s was minted by a deposit without --identity (its %s marker %s names a content, and it has no %s marker): it is not updated", doc.Data.ID, dataciteAltType, m.object, versionAltType)}
 	}
