@@ -318,6 +318,10 @@ type Result struct {
 	// tag of it: an object's first version is then known without a read.
 	made bool
 	tag  string
+	// kept is the payload an earlier attempt's intent kept
+	// (driver.Step.KeepBody) when the steps were built from it, not from
+	// this payload: what the record holds if they applied it.
+	kept []byte
 }
 
 // Client deposits payloads exactly once. It is safe for concurrent use by
@@ -378,7 +382,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := newIdentity(cfg.Identity, cfg.VersionPointer)
+	id, err := identityOf(cfg, drv)
 	if err != nil {
 		return nil, err
 	}
@@ -485,6 +489,9 @@ func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
 func (c *Client) checkSettings(cfg Config, form canonical.Form) error {
 	settings := dedup.Settings{Form: string(form), Ignore: slices.Sorted(slices.Values(cfg.Ignore)),
 		SecretFingerprint: c.target.SecretFingerprint(), Identity: cfg.Identity}
+	if _, own := c.target.(driver.Identified); own {
+		settings.Identity = nil // the target's, not a choice that can change
+	}
 	for _, target := range append([]string{c.target.Name()}, c.target.StepTargets()...) {
 		if err := c.store.CheckSettings(context.Background(), target, settings); err != nil {
 			if errors.Is(err, dedup.ErrSettingsMismatch) {

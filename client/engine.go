@@ -173,6 +173,9 @@ func (c *Client) runStepsOnce(ctx context.Context, k canonical.Keyed, src source
 	if steps, err = r.keptSteps(k, src, steps, primaryBody); err != nil {
 		return r.res, r.end, err
 	}
+	if len(primaryBody) > 0 && !bytes.Equal(primaryBody, k.Body) {
+		r.res.kept = primaryBody
+	}
 	if err := r.runFrom(ctx, steps, p); err != nil {
 		return r.res, r.end, err
 	}

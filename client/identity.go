@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/depositkit/deposit/canonical"
+	"github.com/depositkit/deposit/driver"
 	"github.com/depositkit/deposit/internal/jsonpointer"
 )
 
@@ -53,6 +55,22 @@ func (id identity) dataset() identity {
 		out.version = "/metadata" + id.version
 	}
 	return out
+}
+
+// identityOf is cfg's identity, or the one of a target whose payloads
+// name their objects (driver.Identified), which takes no other. The
+// target's own is not a setting of the store's: it never changes.
+func identityOf(cfg Config, drv driver.Driver) (identity, error) {
+	own, ok := drv.(driver.Identified)
+	if !ok {
+		return newIdentity(cfg.Identity, cfg.VersionPointer)
+	}
+	pointers, version := own.Identity()
+	if len(cfg.Identity) > 0 && !slices.Equal(cfg.Identity, pointers) || cfg.VersionPointer != "" && cfg.VersionPointer != version {
+		return identity{}, fmt.Errorf("%w: the target %s names its objects itself (%s, versions by %s): it takes no other identity or version pointer",
+			ErrConfig, drv.Name(), strings.Join(pointers, " "), version)
+	}
+	return newIdentity(pointers, version)
 }
 
 // on reports whether payloads name objects.

@@ -3,6 +3,8 @@ package client
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"iter"
@@ -56,8 +58,12 @@ type objectRun struct {
 	// the create's steps name it: what a driver.RecordReader reads.
 	record string
 	// held is the record as last read (reconcile): what an update by
-	// steps is built from.
-	held driver.ObjectState
+	// steps is built from; readID the identifier that read named.
+	held   driver.ObjectState
+	readID string
+	// kept is the payload the create's steps were resumed with, when an
+	// earlier attempt's intent kept another (driver.Step.KeepBody).
+	kept []byte
 	// settle, when set, runs before a read that finds this version
 	// applied is recorded: the steps of an update left in flight are
 	// settled first (updateBySteps).
@@ -105,7 +111,7 @@ func (o *objectRun) run(ctx context.Context) error {
 	}
 	if !found {
 		var done bool
-		if obj, done, err = o.create(ctx); done || err != nil {
+		if obj, done, err = o.readFirst(ctx); done || err != nil {
 			return err
 		}
 	}
@@ -236,6 +242,51 @@ func (o *objectRun) stale(ctx context.Context, obj dedup.Object) error {
 	return nil
 }
 
+// readFirst creates the object's record, reading it first for a server
+// whose create of a name it holds is that record's next version
+// (driver.ReadBeforeCreate), unless the store holds the create's row (an
+// earlier attempt, resumed as it is): none there is created; this
+// payload's version there is existing; one that orders before this
+// payload is followed by the create, reported updated; any other is
+// recorded as the version held, for the payload to be answered against.
+func (o *objectRun) readFirst(ctx context.Context) (dedup.Object, bool, error) {
+	rb, ok := o.rd.(driver.ReadBeforeCreate)
+	if !ok || !rb.ReadsBeforeCreate() {
+		return o.create(ctx)
+	}
+	switch _, err := o.c.store.Lookup(ctx, o.target, o.k.Object); {
+	case err == nil:
+		return o.create(ctx)
+	case !errors.Is(err, dedup.ErrNotFound):
+		return dedup.Object{}, true, o.c.storeError(err)
+	}
+	state, found, err := o.read(ctx)
+	if err != nil {
+		return dedup.Object{}, true, err
+	}
+	if !found {
+		return o.create(ctx)
+	}
+	held, err := o.heldVersion(state, dedup.Object{})
+	if err != nil {
+		return dedup.Object{}, true, err
+	}
+	if held.Key == o.k.Key {
+		obj, err := o.apply(ctx, o.k, state.Tag, o.readID)
+		o.res.Outcome = OutcomeExisting
+		return obj, true, err
+	}
+	if n, ok := compareOrders(o.k.Order, held.Order); ok && n > 0 {
+		obj, done, err := o.create(ctx)
+		if o.res.Outcome == OutcomeCreated {
+			o.res.Outcome = OutcomeUpdated
+		}
+		return obj, done, err
+	}
+	obj, err := o.apply(ctx, held, state.Tag, o.readID)
+	return obj, err != nil, err
+}
+
 // create deposits the object's first version through the steps of the
 // object key: exactly once, as any deposit. It reports done when this
 // payload is the version the record holds; otherwise it returns the object
@@ -249,8 +300,9 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	o.res.Retries += res.Retries
 	o.res.Recovered = res.Recovered
 	o.res.Identifier, o.res.Status, o.res.RecordID = res.Identifier, res.Status, res.RecordID
+	o.kept = res.kept
 	if err != nil {
-		return dedup.Object{}, true, err
+		return dedup.Object{}, true, o.refusedAsOlder(ctx, dedup.Object{}, err)
 	}
 	if res.made {
 		obj, err := o.apply(ctx, o.k, res.tag, res.Identifier)
@@ -267,7 +319,7 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	if !found {
 		return dedup.Object{}, true, o.gone(ctx)
 	}
-	held, err := o.heldVersion(state)
+	held, err := o.heldVersion(state, dedup.Object{})
 	if err != nil {
 		return dedup.Object{}, true, err
 	}
@@ -391,6 +443,9 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	o.res.Retries += res.Retries
 	o.res.Status, o.res.RecordID = res.Status, res.RecordID
 	if err != nil {
+		if err = o.refusedAsOlder(ctx, obj, err); err == nil {
+			return nil
+		}
 		var herr *HTTPError
 		if errors.Is(err, ErrTerminal) && errors.As(err, &herr) {
 			// Recorded against the version too, so that a re-run answers
@@ -473,7 +528,7 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 		return obj, true, o.gone(ctx)
 	}
 	o.held = state
-	held, err := o.heldVersion(state)
+	held, err := o.heldVersion(state, obj)
 	if err != nil {
 		return obj, true, err
 	}
@@ -561,6 +616,7 @@ func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) 
 	}
 	switch f.Kind {
 	case driver.Present:
+		o.readID = f.ID
 		return state, true, nil
 	case driver.Foreign:
 		return state, false, o.fail(ctx, &HTTPError{StatusCode: a.Status, Problem: cmp.Or(f.Problem, "the object's record holds what no deposit made")})
@@ -569,8 +625,33 @@ func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) 
 }
 
 // heldVersion keys the payload the server holds, as a line is keyed: its
-// version, and the check that the record is this object's.
-func (o *objectRun) heldVersion(state driver.ObjectState) (canonical.Keyed, error) {
+// version, and the check that the record is this object's. A record known
+// by its order alone (driver.ReadBeforeCreate) holds this payload's
+// version at this payload's order, obj's (the version the store applied,
+// or its pending update) at theirs, and otherwise a version this store
+// never saw, named by orderVersion.
+func (o *objectRun) heldVersion(state driver.ObjectState, obj dedup.Object) (canonical.Keyed, error) {
+	if state.Version == "" && state.Order != "" {
+		order, err := versionOrder(state.Order)
+		if err != nil {
+			return canonical.Keyed{}, fmt.Errorf("%w: the record's version order: %w", ErrUnresolved, err)
+		}
+		held := canonical.Keyed{Key: orderVersion(order), Object: o.k.Object, Order: order}
+		same := func(a string) bool { n, ok := compareOrders(order, a); return ok && n == 0 }
+		kept, err := o.keptVersion()
+		switch {
+		case err == nil && same(kept.Order):
+			// What the create's steps sent: the kept payload's version.
+			held.Key = kept.Key
+		case same(o.k.Order):
+			held.Key = o.k.Key
+		case obj.Version != "" && same(obj.Order):
+			held.Key = obj.Version
+		case obj.Pending != "" && same(obj.PendingOrder):
+			held.Key = obj.Pending
+		}
+		return held, nil
+	}
 	if state.Version != "" {
 		// The record's markers say it: its payload is the server's
 		// rendering, which keys as nothing this object deposited.
@@ -609,6 +690,54 @@ func (o *objectRun) orderOf(body []byte) string {
 	}
 	order, _ := versionOrder(v)
 	return order
+}
+
+// keptVersion keys the payload the create's steps were resumed with, as
+// a line is keyed; an error when there is none.
+func (o *objectRun) keptVersion() (canonical.Keyed, error) {
+	if len(o.kept) == 0 {
+		return canonical.Keyed{}, errors.New("no payload kept")
+	}
+	k, err := o.c.keyPayload(o.kept)
+	if err == nil && k.Object != o.k.Object {
+		err = errors.New("the kept payload names another object")
+	}
+	return k, err
+}
+
+// orderVersion names the version a record holds at order when the store
+// never saw its content (a store lost, another tool's deposit): a key of
+// its own, so that it is known as the version held, and ordered.
+func orderVersion(order string) string {
+	sum := sha256.Sum256([]byte("order\x00" + order))
+	return hex.EncodeToString(sum[:])
+}
+
+// refusedAsOlder settles err, a create's or an update's terminal answer,
+// for a server that refuses a version not newer than the one it holds
+// (driver.ReadBeforeCreate): the record read again at an order not less
+// than this payload's is that rule's refusal, reported stale (nil). Any
+// other err, or record, is err.
+func (o *objectRun) refusedAsOlder(ctx context.Context, obj dedup.Object, err error) error {
+	rb, ok := o.rd.(driver.ReadBeforeCreate)
+	if !ok || !rb.ReadsBeforeCreate() || !errors.Is(err, ErrTerminal) || o.k.Order == "" {
+		return err
+	}
+	state, found, rerr := o.read(ctx)
+	if rerr != nil || !found || state.Order == "" {
+		return err
+	}
+	held, herr := o.heldVersion(state, obj)
+	if herr != nil {
+		return err
+	}
+	if n, ok := compareOrders(o.k.Order, held.Order); !ok || n > 0 || held.Key == o.k.Key {
+		return err
+	}
+	if obj, rerr = o.apply(ctx, held, state.Tag, o.readID); rerr != nil {
+		return rerr
+	}
+	return o.stale(ctx, obj)
 }
 
 // apply records version v of the object as the one the server holds now.

@@ -75,6 +75,43 @@ type ObjectState struct {
 	// them instead of keying Body, whose shape such a server changes.
 	// Version "" means Body is the payload as deposited, to be keyed.
 	Version, Object string
+	// Order, for a record that names neither its content nor markers
+	// but the order of its version (Crossref's deposit timestamp), is
+	// that order, as the version pointer gives it (a decimal integer or
+	// an RFC 3339 time); Body and Version are "" then. See
+	// [ReadBeforeCreate].
+	Order string
+}
+
+// ReadBeforeCreate is a [StepUpdater] whose server keeps one record per
+// name and takes a deposit to a name it holds as that record's next
+// version, refusing one whose order (the version pointer's value) is not
+// greater than the one it holds (Crossref's timestamp rule): its create
+// and its update are one request. The engine reads the record before the
+// create too, and its read names the order held ([ObjectState.Order]):
+//
+//   - an order equal to the payload's is the payload's version (the
+//     server refuses a second version of one order);
+//   - a greater order makes the payload stale, and nothing is sent;
+//   - a smaller one is a version the payload follows: its create is
+//     reported updated when the read found a record.
+//
+// A version the store never applied (its store lost, a deposit by
+// another tool) is known by its order alone. A terminal answer to a
+// create or an update is read again: a record now at an order not less
+// than the payload's is the server's rule refusing it, stale, not failed.
+type ReadBeforeCreate interface {
+	ReadsBeforeCreate() bool
+}
+
+// Identified is a Driver whose payloads name their object themselves
+// (Crossref's line: a work's DOI, its versions ordered by the file's
+// timestamp): without a client identity, the client names objects by
+// the pointers Identity returns, into [canonical.Keyed.Body] as the
+// driver's Payloader builds it, and orders versions by version ("" for
+// none). A client identity other than this one is refused.
+type Identified interface {
+	Identity() (pointers []string, version string)
 }
 
 // ReadBeforeUpdate is an Updater whose server checks no precondition on

@@ -26,7 +26,8 @@ which names this version of it.
 A target that keys its lines its own way is named with --protocol: under
 crossref a line is one work, {"doi":D,"xml":X} or {"doi":D,"xml_file":P} with
 P beside FILE, and the key leaves out the content of the XML's first
-doi_batch_id and timestamp elements (docs/targets/crossref.md).`
+doi_batch_id and timestamp elements (docs/targets/crossref.md); a work is an
+object named by its DOI, so each line is LINE<TAB>OBJECT<TAB>KEY.`
 
 func keyCmd(ctx context.Context, args []string, s streams) int {
 	var (
@@ -78,6 +79,10 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 	drv, err := keyDriver(proto, pos[0])
 	if err != nil {
 		return c.usageError(s, "--protocol: %v", err)
+	}
+	if own, ok := drv.(driver.Identified); ok && len(identity) == 0 {
+		// A target that names its objects itself (crossref: the DOI).
+		identity, versionPtr = own.Identity()
 	}
 	in, _, err := openInput(pos[0], s.stdin)
 	if err != nil {

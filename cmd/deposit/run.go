@@ -59,6 +59,7 @@ type runOptions struct {
 	results       string
 	json          bool
 	doiPrefix     string
+	adopt         bool
 	dataciteEvent string
 	noPublish     bool
 	onChange      string
@@ -205,6 +206,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.results, "results", "", "write one JSON object per input line to `FILE`")
 	fs.BoolVar(&o.json, "json", false, "print the summary as one JSON object on stdout")
 	fs.StringVar(&o.doiPrefix, "doi-prefix", "", "datacite: the DOI `PREFIX` DOIs are minted under, such as 10.5072 (required under datacite)")
+	fs.BoolVar(&o.adopt, "adopt", false, "datacite with --identity: the repository's DOIs under --doi-prefix are ours to update: a DOI that exists without deposit's markers is updated (the markers added) instead of failed as another's")
 	fs.StringVar(&o.dataciteEvent, "event", "", "datacite: `EVENT` sent once a DOI exists: publish, register, or none (DOIs stay drafts)")
 	fs.BoolVar(&o.noPublish, "no-publish", false, "invenio: stop at drafts (with their files); a later run without it publishes them")
 	fs.StringVar(&o.onChange, "on-change", "", "invenio, with --identity: a changed object is an `edit` of its published record (the default: same DOI, no new version) or a new `version`; a change of files is a new version either way (InvenioRDM locks an edit's files)")
@@ -325,7 +327,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		}
 	}
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
-		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, onChange: o.onChange, settle: o.settle, searchRate: o.searchRate.clientRate(),
+		doiPrefix: o.doiPrefix, event: o.dataciteEvent, adopt: o.adopt, noPublish: o.noPublish, onChange: o.onChange, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
 		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait,
 		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi, minPartSize: o.minPartSize}, s.getenv)
@@ -828,10 +830,17 @@ type tail struct {
 	recoveredShown, staleShown int
 }
 
+// objects reports whether the lines name objects: with --identity, or
+// under a target that names them itself (crossref: a work's DOI).
+func (o runOptions) objects() bool {
+	p, _ := protocol.Parse(o.protocol)
+	return len(o.identity) > 0 || p == protocol.Crossref
+}
+
 // printSummary writes the final human summary.
 func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	fmt.Fprintf(w, "deposit run: %s in %s: %d created, %d existing, %d replayed", plural(sum.Total, "item"), sum.Elapsed.Round(time.Millisecond), sum.Created, sum.Existing, sum.Replayed)
-	if len(o.identity) > 0 {
+	if o.objects() {
 		fmt.Fprintf(w, ", %d updated, %d stale", sum.Updated, sum.Stale)
 	}
 	fmt.Fprintf(w, ", %d failed, %d invalid, %d unresolved", sum.Failed, sum.Invalid, sum.Unresolved)

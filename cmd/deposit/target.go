@@ -34,6 +34,7 @@ type targetFlags struct {
 	idPointer  string
 	doiPrefix  string
 	event      string
+	adopt      bool
 	noPublish  bool
 	settle     time.Duration
 	searchRate float64
@@ -170,9 +171,9 @@ var targetSpecs = map[string]targetSpec{
 	},
 	protocol.DataCite: {
 		build: func(f targetFlags, _ func(string) string) (client.Target, error) {
-			return datacite.Target{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event}, nil
+			return datacite.Target{Endpoint: f.endpoint, Prefix: f.doiPrefix, Event: f.event, Adopt: f.adopt}, nil
 		},
-		flags: []string{"doi-prefix", "event"}, endpointOptional: true,
+		flags: []string{"doi-prefix", "event", "adopt"}, endpointOptional: true,
 		authorize: func(_ string, header http.Header, getenv func(string) string) error {
 			if header.Get("Authorization") != "" {
 				return nil

@@ -126,7 +126,7 @@ type crossrefDriver struct {
 }
 
 func (d crossrefDriver) Name() string              { return driver.TargetName(Protocol, d.deposit) }
-func (d crossrefDriver) StepTargets() []string     { return nil }
+func (d crossrefDriver) StepTargets() []string     { return []string{d.updateTarget()} }
 func (d crossrefDriver) SecretFingerprint() string { return "" }
 func (d crossrefDriver) Guards(string) bool        { return false }
 
@@ -143,13 +143,15 @@ func (d crossrefDriver) Payload(text []byte) (body, keyText []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := checkWork(l.DOI, x); err != nil {
+	w, err := checkWork(l.DOI, x)
+	if err != nil {
 		return nil, nil, err
 	}
-	if body, err = json.Marshal(payload{DOI: l.DOI, XML: x, Upload: drawUpload()}); err != nil {
+	p := payload{DOI: l.DOI, XML: x, Upload: cmpOr(l.Upload, drawUpload()), Object: objectDOI(l.DOI), Timestamp: strconv.FormatUint(w.Timestamp, 10)}
+	if body, err = json.Marshal(p); err != nil {
 		return nil, nil, err
 	}
-	keyText, err = json.Marshal(line{DOI: l.DOI, XML: keyedXML(x)})
+	keyText, err = json.Marshal(line{DOI: l.DOI, XML: keyedXML(x)}) // the added members left out
 	return body, keyText, err
 }
 
@@ -166,12 +168,19 @@ func (d crossrefDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, err
 	if err != nil {
 		return nil, err
 	}
-	up := upload{d: d, w: w, key: k.Key, fileName: fileName(k.Key, w.Timestamp, p.Upload)}
-	return []driver.Step{{
-		Target: d.Name(), Key: k.Key, Primary: true, Durable: true, KeepBody: true, Accepts: true,
+	return []driver.Step{d.uploadStep(d.Name(), k.Key, w, p.Upload)}, nil
+}
+
+// uploadStep is the upload of work w under the store row (target, key),
+// accepted and polled by file name: a work's first deposit and each later
+// version's are the same request.
+func (d crossrefDriver) uploadStep(target, key string, w work, drawn string) driver.Step {
+	up := upload{d: d, w: w, key: key, fileName: fileName(key, w.Timestamp, drawn)}
+	return driver.Step{
+		Target: target, Key: key, Primary: true, Durable: true, KeepBody: true, Accepts: true,
 		Build: up.build, Judge: judgeUpload,
 		Check: &driver.Check{Build: up.result, Judge: up.judgeResult, Settle: d.t.Settle, Poll: d.t.Poll, SettleFromIntent: true},
-	}}, nil
+	}
 }
 
 // payload is a work as its steps receive it (Keyed.Body): the line with
@@ -179,10 +188,17 @@ func (d crossrefDriver) Steps(k canonical.Keyed, dir string) ([]driver.Step, err
 // this deposit when the line was read. The intent keeps it with the rest
 // (Step.KeepBody), so every attempt of one intent uploads under one name.
 // A body an older deposit kept has none.
+//
+// Object and Timestamp name the work's object and order its versions
+// (Identity): the DOI in lower case, for DOIs are case-insensitive, and
+// the file's timestamp, as a string (it has more digits than a JSON
+// number keeps exactly). A body an older deposit kept has neither.
 type payload struct {
-	DOI    string `json:"doi"`
-	XML    string `json:"xml"`
-	Upload string `json:"upload,omitempty"`
+	DOI       string `json:"doi"`
+	XML       string `json:"xml"`
+	Upload    string `json:"upload,omitempty"`
+	Object    string `json:"object,omitempty"`
+	Timestamp string `json:"timestamp,omitempty"`
 }
 
 // drawUpload draws a payload's Upload: 64 random bits, in hex.

@@ -175,7 +175,7 @@ func TestAChangedWorkIsDepositedOnceAsANewVersion(t *testing.T) {
 	changed := batch(4, "Reef", 20260301000000000, "b-2")
 	changed[2] = line("10.5555/w02", "Reef 2, revised", 20260301000000000, "b-2")
 	rs, _ := e.run(changed...)
-	require.Equal(t, []client.Outcome{"replayed", "replayed", "created", "replayed"}, outcomes(rs))
+	require.Equal(t, []client.Outcome{"replayed", "replayed", "updated", "replayed"}, outcomes(rs))
 	rs, _ = e.run(changed...)
 	require.Equal(t, []client.Outcome{"replayed", "replayed", "replayed", "replayed"}, outcomes(rs))
 	st := e.srv.Stats()
@@ -204,71 +204,75 @@ func TestALostStoreRegistersNoNewVersion(t *testing.T) {
 }
 
 // A store lost while the same work is deposited from a file with the same
-// timestamp under another name (another key's file, a copy): Crossref
-// refuses the equal timestamp, and the query shows it registered: done.
-func TestAnEqualTimestampRefusedIsDoneWhenTheQueryShowsIt(t *testing.T) {
+// timestamp under another name (another key's file, a copy): the query
+// before the upload shows that timestamp registered, which Crossref's rule
+// would refuse beside it: existing, and nothing is uploaded.
+func TestALostStoreFindsAnEqualTimestampRegisteredAndUploadsNothing(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{})
 	_, sum := e.run(line("10.5555/a", "Reef", 20260101000000000, "b-1"))
 	require.Equal(t, 1, sum.Created)
 	require.NoError(t, os.RemoveAll(filepath.Dir(e.db)))
 	require.NoError(t, os.MkdirAll(filepath.Dir(e.db), 0o755))
+	queries := e.srv.Stats().Queries
 	// Another batch id in another form changes nothing the key covers,
 	// but whitespace in the XML does: a new file name, the same version.
 	x := strings.Replace(workXML("10.5555/a", "Reef", 20260101000000000, "b-9"), "<body>", "<body>\n", 1)
 	b, err := json.Marshal(map[string]string{"doi": "10.5555/a", "xml": x})
 	require.NoError(t, err)
 	rs, _ := e.run(b)
-	require.Equal(t, client.OutcomeCreated, rs[0].Outcome, rs[0].Err)
+	require.Equal(t, client.OutcomeExisting, rs[0].Outcome, rs[0].Err)
+	require.Equal(t, "10.5555/a", rs[0].Identifier)
 	st := e.srv.Stats()
-	require.Equal(t, int64(1), st.StaleRefused)
-	require.Equal(t, int64(1), st.Queries)
+	require.Equal(t, int64(1), st.Uploads, "nothing uploaded after the lost store")
+	require.Zero(t, st.StaleRefused)
+	require.Equal(t, queries+1, st.Queries, "one read: the registered timestamp")
 	require.Equal(t, map[string]int64{"10.5555/a": 1}, st.Versions)
 }
 
-func TestAnOlderVersionIsReportedSupersededAndNotSentAgain(t *testing.T) {
+// An older file than the version the store applied is stale from the
+// store: nothing is read or sent, and the newer deposit stands.
+func TestAnOlderVersionIsStaleAndNeverSent(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{})
-	_, sum := e.run(line("10.5555/a", "Reef, newest", 20260301000000000, "b-2"))
+	rs, sum := e.run(line("10.5555/a", "Reef, newest", 20260301000000000, "b-2"))
 	require.Equal(t, 1, sum.Created)
+	newest := rs[0].Key
+	requests := e.srv.Stats().Requests
 	old := line("10.5555/a", "Reef, older", 20260101000000000, "b-1")
-	rs, _ := e.run(old)
-	require.Equal(t, client.OutcomeFailed, rs[0].Outcome)
-	require.ErrorContains(t, rs[0].Err, "superseded by a newer deposit")
-	uploads := e.srv.Stats().Uploads
-	rs, _ = e.run(old)
-	require.Equal(t, client.OutcomeFailed, rs[0].Outcome)
-	require.Equal(t, uploads, e.srv.Stats().Uploads, "not sent again")
+	for range 2 {
+		rs, _ = e.run(old)
+		require.Equal(t, client.OutcomeStale, rs[0].Outcome, rs[0].Err)
+		require.NoError(t, rs[0].Err)
+		require.Equal(t, newest, rs[0].Current)
+	}
+	require.Equal(t, requests, e.srv.Stats().Requests, "nothing sent, nothing read")
 	require.Equal(t, uint64(20260301000000000), e.srv.Records()[0].Timestamp, "the newer deposit stands")
 }
 
-// v1 then v2 of one DOI, the store lost, v1 again: Crossref refuses the
-// re-upload by its timestamp rule and keeps v2. The line is failed, saying
-// so, never created from the first upload's log under the same file name;
-// a later run sends nothing.
-func TestALostStoreReportsAnOlderFileSupersededNotCreated(t *testing.T) {
+// v1 then v2 of one DOI, the store lost, v1 again: the query before the
+// upload shows v2's greater timestamp registered, so v1 is stale and is
+// not uploaded (Crossref would refuse it by its timestamp rule); a later
+// run reads again and sends nothing.
+func TestALostStoreReportsAnOlderFileStaleAndUploadsNothing(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{})
 	v1 := line("10.5555/a", "Reef", 20260101000000000, "b-1")
 	v2 := line("10.5555/a", "Reef, revised", 20260201000000000, "b-2")
 	_, sum := e.run(v1)
 	require.Equal(t, 1, sum.Created)
 	_, sum = e.run(v2)
-	require.Equal(t, 1, sum.Created)
+	require.Equal(t, 1, sum.Updated)
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		require.NoError(t, os.RemoveAll(e.db+suffix))
 	}
-
-	rs, sum := e.run(v1)
-	require.Equal(t, client.OutcomeFailed, rs[0].Outcome, rs[0].Err)
-	require.Zero(t, sum.Created)
-	require.ErrorContains(t, rs[0].Err, "superseded by a newer deposit: Crossref refused this file by its timestamp rule")
-	require.ErrorContains(t, rs[0].Err, "10.5555/a is registered with timestamp 20260201000000000, this file's is 20260101000000000")
+	uploads := e.srv.Stats().Uploads
+	for range 2 {
+		rs, sum := e.run(v1)
+		require.Equal(t, client.OutcomeStale, rs[0].Outcome, rs[0].Err)
+		require.Zero(t, sum.Created+sum.Failed)
+	}
 	st := e.srv.Stats()
-	require.Equal(t, int64(1), st.StaleRefused, "the re-upload was refused")
+	require.Equal(t, uploads, st.Uploads, "not uploaded")
+	require.Zero(t, st.StaleRefused)
 	require.Equal(t, uint64(20260201000000000), e.srv.Records()[0].Timestamp, "v2 stands")
-
-	uploads := st.Uploads
-	rs, _ = e.run(v1)
-	require.Equal(t, client.OutcomeFailed, rs[0].Outcome)
-	require.Equal(t, uploads, e.srv.Stats().Uploads, "not sent again")
 }
 
 func TestAConflictIsDoneAndNamesTheDOIsInConflict(t *testing.T) {
@@ -416,7 +420,7 @@ func TestThePasswordIsInNothingTheRunWrites(t *testing.T) {
 	e := newEnv(t, repotest.CrossrefConfig{Faults: "drop=0.2,500=0.15,503=0.15,slow=0.1:every=1ms,reads", Seed: 5,
 		QueueDelay: 5 * time.Millisecond, UnknownFor: 5 * time.Millisecond})
 	lines := batch(12, "Reef", 20260101000000000, "b-1")
-	lines = append(lines, line("10.5555/w00", "Reef 0, older", 1, "b-0")) // superseded: an error naming the DOI
+	lines = append(lines, line("10.5555/w00", "Reef 0, older", 1, "b-0")) // stale
 	rs, _ := e.run(lines...)
 	require.NoError(t, os.RemoveAll(e.db)) // the lost store: equal timestamps, queries
 	rs2, _ := e.run(lines...)
@@ -450,9 +454,20 @@ func TestThePasswordIsInNothingTheRunWrites(t *testing.T) {
 	written = append(written, err.Error())
 
 	all := strings.Join(written, "\n")
-	require.Contains(t, all, "superseded by a newer deposit", "the run wrote what it should")
+	require.Contains(t, outcomes(rs2), client.OutcomeStale, "the older file is stale")
 	require.NotEmpty(t, e.srv.Stats().Faults, "faults were met")
 	for _, secret := range []string{password, "Pw-crossref-7Qx%21z", "Pw-crossref-7Qx", "Wrong-pass-9Kd"} {
 		require.NotContains(t, all, secret)
 	}
+}
+
+// DOIs are case-insensitive: lines naming 10.5555/Reef-1 and
+// 10.5555/REEF-1 are one work, the second one's newer file its update.
+func TestADOIInAnotherCaseIsTheSameWork(t *testing.T) {
+	e := newEnv(t, repotest.CrossrefConfig{})
+	rs, _ := e.run(line("10.5555/Reef-1", "Reef", 20260101000000000, "b-1"),
+		line("10.5555/REEF-1", "Reef, corrected", 20260201000000000, "b-2"))
+	require.Equal(t, []client.Outcome{"created", "updated"}, outcomes(rs))
+	require.Equal(t, rs[0].Object, rs[1].Object, "one object")
+	require.Equal(t, map[string]int64{"10.5555/reef-1": 2}, e.srv.Stats().Versions)
 }

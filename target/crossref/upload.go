@@ -193,40 +193,18 @@ func (u upload) lookup([]string) (driver.Request, error) {
 	return driver.Request{Method: http.MethodGet, URL: u.d.query + "?" + q.Encode(), Full: true}, nil
 }
 
-// queryResult is what the lookup reads of a crossref_result.
-type queryResult struct {
-	Query []struct {
-		Status string `xml:"status,attr"`
-		Items  []struct {
-			Name  string `xml:"name,attr"`
-			Value string `xml:",chardata"`
-		} `xml:",any"`
-	} `xml:"query_result>body>query"`
-}
-
 // judgeLookup compares the registered deposit-timestamp with ours, after
 // Crossref refused ours as not newer: equal is our version registered (by
 // an earlier upload of the same bytes, a store lost meanwhile); greater is
-// a newer deposit made since, which this one must not roll back.
+// a newer deposit made since, which this one must not roll back (the
+// engine reads the DOI again and reports the file stale).
 func (u upload) judgeLookup(a driver.Answer) driver.Finding {
-	if a.Err != nil || a.Status != http.StatusOK {
-		return driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
+	q, f := readQuery(a)
+	if f != nil {
+		return *f
 	}
-	if root, _ := rootOf(a.Body); root != "crossref_result" {
-		return notTheAnswer("the XML query answer", "crossref_result", a.Body)
-	}
-	var r queryResult
-	if err := xml.Unmarshal(a.Body, &r); err != nil || len(r.Query) == 0 {
-		return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: "the XML query answer is not a crossref_result: " + snippet(a.Body)}
-	}
-	var registered string
-	for _, it := range r.Query[0].Items {
-		if it.Name == "deposit-timestamp" {
-			registered = strings.TrimSpace(it.Value)
-		}
-	}
-	n, err := strconv.ParseUint(registered, 10, 64)
-	if r.Query[0].Status != "resolved" || err != nil {
+	n, ok := q.timestamp()
+	if q.Status != "resolved" || !ok {
 		return driver.Finding{Kind: driver.Unknown, Class: driver.Ambiguous, Problem: fmt.Sprintf(
 			"Crossref refused %s's timestamp %d as not newer, and its query shows no deposit-timestamp", u.w.DOI, u.w.Timestamp)}
 	}

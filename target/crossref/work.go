@@ -22,6 +22,11 @@ type line struct {
 	DOI     string `json:"doi"`
 	XML     string `json:"xml,omitempty"`
 	XMLFile string `json:"xml_file,omitempty"`
+	// The members the body a line becomes adds (payload): a body kept by
+	// an intent is read as a line again, to key the version it holds.
+	Upload    string `json:"upload,omitempty"`
+	Object    string `json:"object,omitempty"`
+	Timestamp string `json:"timestamp,omitempty"`
 }
 
 // work is a line whose XML was read and checked: exactly one doi_data,

@@ -59,6 +59,12 @@ type Target struct {
 	// "register" (draft to registered), or "" for none (DOIs stay drafts
 	// unless the payload names an event).
 	Event string
+	// Adopt, with an identity, says that the repository's DOIs under
+	// Prefix are this client's to update: a DOI that exists without
+	// deposit's markers (registered before deposit was used) is read as
+	// an object's record holding a version of its own, and the update
+	// adds the markers, instead of the DOI failing as another's.
+	Adopt bool
 }
 
 // DataCite endpoints and rate.
@@ -121,6 +127,7 @@ type dataciteDriver struct {
 	endpoint string
 	prefix   string // lower case
 	event    string // "", "publish" or "register"
+	adopt    bool
 }
 
 // Driver checks the options and returns the target's driver.
@@ -141,7 +148,7 @@ func (t Target) Driver() (driver.Driver, error) {
 	default:
 		return nil, fmt.Errorf("datacite.Target.Event %q: want publish, register or empty", t.Event)
 	}
-	return dataciteDriver{endpoint: ep, prefix: strings.ToLower(t.Prefix), event: t.Event}, nil
+	return dataciteDriver{endpoint: ep, prefix: strings.ToLower(t.Prefix), event: t.Event, adopt: t.Adopt}, nil
 }
 
 func (d dataciteDriver) Name() string {
@@ -222,7 +229,7 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error
 		},
 		// No pointers: a read-back names no identifier, so the DOI (the
 		// fallback) is the identifier, whatever the record says.
-		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(doi, k.Key, b) }),
+		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(doi, k.Key, k.Version, b) }),
 		Fallback: doi,
 	}
 	steps := []driver.Step{create}
@@ -366,7 +373,7 @@ func doiTaken(body []byte) bool {
 // deposit-sha256 alternate identifier. A read-back cut short by the
 // engine's answer limit is searched as text for the quoted key next to the
 // identifier type (DataCite lists identifiers before the bulky metadata).
-func (d dataciteDriver) ours(doi, key string, body []byte) error {
+func (d dataciteDriver) ours(doi, key, version string, body []byte) error {
 	foreign := fmt.Errorf("doi %s already exists and is not this deposit's: its metadata has no %s alternate identifier %s (another record holds the name this payload derives; it was not claimed)", doi, dataciteAltType, key)
 	m, err := readMarkers(body)
 	if err != nil {
@@ -378,8 +385,10 @@ func (d dataciteDriver) ours(doi, key string, body []byte) error {
 	switch {
 	case m.object == key:
 		return nil
+	case m.object == "" && m.version == "" && d.adopt && version != "":
+		return nil // adopted: the update that follows adds the markers
 	case m.object == "" && m.version == "":
-		return fmt.Errorf("doi %s already exists and is not this deposit's: it carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (taking such DOIs over would need --adopt, which is not built)", doi, dataciteAltType)
+		return fmt.Errorf("doi %s already exists and is not this deposit's: it carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (--adopt, with --identity, takes the repository's DOIs under the prefix as ours to update)", doi, dataciteAltType)
 	case m.object != "":
 		return fmt.Errorf("doi %s already exists and is not this deposit's: its %s marker is %s, not this one's %s (another deposit's DOI: with --identity, another object's DOI); it was not claimed", doi, dataciteAltType, m.object, key)
 	}

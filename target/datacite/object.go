@@ -2,6 +2,8 @@ package datacite
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,7 +152,7 @@ func (d dataciteDriver) ReadObject(k canonical.Keyed) (driver.Request, error) {
 // marker is Foreign, as one registered before deposit was used (no
 // markers) or by a deposit without identity; 404 is Absent; anything else
 // settles nothing.
-func (dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
+func (d dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
 	if a.Err != nil {
 		return driver.ObjectState{}, driver.Finding{Kind: driver.Unknown, Class: driver.Classify(a)}
 	}
@@ -172,8 +174,14 @@ func (dataciteDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Fin
 	}
 	m, _ := readMarkers(a.Body)
 	switch {
+	case m.object == "" && m.version == "" && d.adopt:
+		// Adopted: its version is named by its attributes as read, which
+		// no payload's content key is, so an update follows and adds the
+		// markers.
+		sum := sha256.Sum256(doc.Data.Attributes)
+		return driver.ObjectState{Body: doc.Data.Attributes, Version: "unmarked-" + hex.EncodeToString(sum[:])}, driver.Finding{Kind: driver.Present, ID: doc.Data.ID}
 	case m.object == "" && m.version == "":
-		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool, and is not updated (taking such DOIs over would need --adopt, which is not built)", doc.Data.ID, dataciteAltType)}
+		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool, and is not updated (--adopt takes the repository's DOIs under the prefix as ours to update)", doc.Data.ID, dataciteAltType)}
 	case m.version == "":
 		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf("DOI %s was minted by a deposit without --identity (its %s marker %s names a content, and it has no %s marker): it is not updated", doc.Data.ID, dataciteAltType, m.object, versionAltType)}
 	}
@@ -247,3 +255,41 @@ func dcMessages(body []byte) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Payload folds the DOI a payload names (attributes.doi, in either shape)
+// to lower case before the payload is keyed, so that two lines naming
+// 10.5072/Reef-1 and 10.5072/REEF-1 are one object: DOI names are
+// case-insensitive (the DOI Handbook, 2.4,
+// https://www.doi.org/doi_handbook/2_Numbering.html), and DataCite stores
+// them upper-cased (set_defaults in datacite/lupo's app/models/doi.rb). A
+// payload whose DOI is in lower case already, or that names none, is
+// keyed as it is, byte for byte.
+func (dataciteDriver) Payload(canonical []byte) (body, keyText []byte, err error) {
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	if dec.Decode(&doc) != nil {
+		return canonical, canonical, nil // not an object: the steps refuse it in their words
+	}
+	attrs := doc
+	if data, ok := doc["data"].(map[string]any); ok && len(doc) == 1 {
+		if attrs, ok = data["attributes"].(map[string]any); !ok {
+			return canonical, canonical, nil
+		}
+	}
+	doi, ok := attrs["doi"].(string)
+	if !ok || doi == strings.ToLower(doi) {
+		return canonical, canonical, nil
+	}
+	attrs["doi"] = strings.ToLower(doi)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, nil, fmt.Errorf("datacite payload: %w", err)
+	}
+	out := bytes.TrimRight(buf.Bytes(), "\n")
+	return out, out, nil
+}
+
+var _ driver.Payloader = dataciteDriver{}

@@ -263,3 +263,55 @@ func TestAnAmbiguousUpdateIsSettledByTheRead(t *testing.T) {
 	require.Equal(t, int64(1), dc.Stats().MetadataUpdates, "exactly one update at the stub")
 	require.Equal(t, "v2", titleOf(t, dc.DOIs()[0]))
 }
+
+// DOIs are case-insensitive: lines naming 10.5072/Reef-1 and
+// 10.5072/REEF-1 are one object, one DOI, the second line its update; a
+// DOI in lower case keys as it always did.
+func TestADOIInAnotherCaseIsTheSameObject(t *testing.T) {
+	s := stub(t)
+	c := newClient(t, s.URL, openStore(t), "", "/doi")
+	lower := deposit(t, c, namedDOI(1, "Reef"))
+	k, err := c.Key([]byte(namedDOI(1, "Reef")))
+	require.NoError(t, err)
+	require.Equal(t, lower.Object, k.Object)
+
+	mixed := strings.Replace(namedDOI(2, "Reef 2"), "reef-2", "Reef-2", 1)
+	upper := strings.Replace(namedDOI(2, "Reef 2, corrected"), "reef-2", "REEF-2", 1)
+	first := deposit(t, c, mixed)
+	require.Equal(t, client.OutcomeCreated, first.Outcome)
+	second := deposit(t, c, upper)
+	require.Equal(t, client.OutcomeUpdated, second.Outcome)
+	require.Equal(t, first.Object, second.Object, "one object")
+	require.Equal(t, "10.5072/reef-2", second.Identifier)
+	require.Len(t, s.DOIs(), 2, "one DOI per object")
+}
+
+// A DOI registered before deposit was used (no markers) is another's
+// without --adopt, and with it is ours to update: the update adds the
+// markers, and the next correction is an ordinary update.
+func TestAnUnmarkedDOIIsFailedUnlessAdopted(t *testing.T) {
+	s := stub(t)
+	body := `{"data":{"type":"dois","attributes":` + namedDOI(3, "Reef, registered by hand") + `}}`
+	resp, err := http.Post(s.URL+"/dois", "application/vnd.api+json", strings.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+
+	c := newClient(t, s.URL, openStore(t), "", "/doi")
+	_, err = c.Deposit(context.Background(), []byte(namedDOI(3, "Reef")))
+	require.ErrorIs(t, err, client.ErrTerminal)
+	require.ErrorContains(t, err, "carries no deposit markers")
+
+	adopt, err := client.New(client.Config{Target: datacite.Target{Endpoint: s.URL, Prefix: prefix, Adopt: true},
+		Store: openStore(t), Retry: fastRetry, Rate: client.NoRateLimit, Identity: []string{"/doi"}})
+	require.NoError(t, err)
+	res := deposit(t, adopt, namedDOI(3, "Reef"))
+	require.Equal(t, client.OutcomeUpdated, res.Outcome)
+	require.Equal(t, "10.5072/reef-3", res.Identifier)
+	dois := s.DOIs()
+	require.Len(t, dois, 1)
+	require.Equal(t, map[string]string{"deposit-sha256": res.Object, "deposit-version": res.Key}, markersOf(t, dois[0]))
+	again := deposit(t, adopt, namedDOI(3, "Reef, corrected"))
+	require.Equal(t, client.OutcomeUpdated, again.Outcome)
+	require.Equal(t, client.OutcomeReplayed, deposit(t, adopt, namedDOI(3, "Reef, corrected")).Outcome)
+}
