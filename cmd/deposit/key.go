@@ -73,9 +73,6 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 	if err := client.Identify(&canonical.Keyed{}, identity, versionPtr); err != nil && (len(identity) > 0 || versionPtr != "") && errors.Is(err, client.ErrConfig) {
 		return c.usageError(s, "%v", err)
 	}
-	if datasets != "" && len(identity) > 0 {
-		return c.usageError(s, "--identity does not yet apply to --datasets")
-	}
 	drv, err := keyDriver(proto, pos[0])
 	if err != nil {
 		return c.usageError(s, "--protocol: %v", err)
@@ -151,11 +148,15 @@ func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item, identity []str
 	if it.Err != nil {
 		return "", it.Err
 	}
+	var keyed canonical.Keyed
+	var err error
 	if d := it.Dataset; d != nil {
-		keyed, err := k.DatasetKey(d.Dir, d.Metadata, d.Files)
-		return keyed.Key, err
+		keyed, err = k.DatasetKey(d.Dir, d.Metadata, d.Files)
+		// As deposit run reads them: in the dataset's metadata.
+		identity, versionPtr = inMetadata(identity), inMetadata([]string{versionPtr})[0]
+	} else {
+		keyed, err = client.KeyPayload(k, drv, it.Payload)
 	}
-	keyed, err := client.KeyPayload(k, drv, it.Payload)
 	if err != nil || len(identity) == 0 {
 		return keyed.Key, err
 	}
@@ -163,4 +164,16 @@ func keyOf(k *canonical.Keyer, drv driver.Driver, it client.Item, identity []str
 		return "", err
 	}
 	return keyed.Object + "\t" + keyed.Key, nil
+}
+
+// inMetadata is pointers as they address a dataset's keyed document, which
+// holds its metadata under "metadata"; "" stays "".
+func inMetadata(pointers []string) []string {
+	out := make([]string, len(pointers))
+	for i, p := range pointers {
+		if p != "" {
+			out[i] = "/metadata" + p
+		}
+	}
+	return out
 }

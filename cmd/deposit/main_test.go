@@ -407,6 +407,25 @@ func TestKeyPrintsTheObjectKeyWithAnIdentity(t *testing.T) {
 	require.Contains(t, r.stderr, "line 3: invalid: identity /id: names no string or integer in this payload")
 }
 
+// With --datasets, the identity is read in each dataset's metadata, as
+// deposit run reads it (and --ignore): the object key is the same as for
+// a line of that metadata alone.
+func TestKeyReadsAnIdentityInADatasetsMetadata(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	require.NoError(t, os.MkdirAll(data, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(data, "t.csv"), []byte("a,b\n"), 0o600))
+	input := writeFile(t, dir, "in.jsonl", `{"metadata":{"id":"reef-1","title":"Reef"},"files":["t.csv"]}`, `{"metadata":{"title":"none"},"files":["t.csv"]}`)
+	plain := deposit(t, nil, "key", "--datasets", data, input)
+	require.Equal(t, exitDone, plain.code, plain.stderr)
+	content := strings.Fields(strings.Split(plain.stdout, "\n")[0])[1]
+
+	r := deposit(t, nil, "key", "--datasets", data, "--identity", "/id", input)
+	require.Equal(t, exitFailed, r.code)
+	require.Equal(t, fmt.Sprintf("1\t%s\t%s\n", canonical.Key([]byte(`["reef-1"]`)), content), r.stdout)
+	require.Contains(t, r.stderr, "line 2: invalid: identity /metadata/id: names no string or integer in this payload")
+}
+
 func TestRunStopsWithAnActionableError(t *testing.T) {
 	closed := newServer(t, repotest.Config{})
 	unreachable := closed.URL
