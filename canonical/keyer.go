@@ -40,6 +40,13 @@ type Keyed struct {
 	// same read as its SHA-256: repositories such as InvenioRDM report file
 	// checksums in MD5 only. Nil otherwise.
 	MD5 map[string]string
+	// Parts holds, for a dataset keyed by a Keyer made WithFileParts, the
+	// digests of each part of every file larger than the part size, by its
+	// cleaned path, computed in the same read as its SHA-256: a target
+	// that sends such a file in parts (S3's multipart upload) has the
+	// server check every part against the bytes the key was computed from.
+	// Nil otherwise.
+	Parts map[string][]PartSum
 	// Object is the object key of a payload named by an identity (the
 	// lowercase hex SHA-256 of the canonical JSON array of its identity
 	// values): the name of its one record, whose versions Key names. ""
@@ -66,6 +73,13 @@ type Keyer struct {
 	ignore []string
 	ptrs   [][]string // decoded reference tokens of ignore
 	md5    bool       // datasets: also hash each file with MD5
+	part   int64      // datasets: also hash the parts of files larger than this
+}
+
+// PartSum is the digests of one part of a file sent in parts.
+type PartSum struct {
+	MD5    [md5.Size]byte
+	SHA256 [sha256.Size]byte
 }
 
 // NewKeyer returns a Keyer for form (the empty form means [FormJCS]) that
@@ -116,6 +130,16 @@ func (k *Keyer) Form() Form { return k.form }
 func (k *Keyer) WithFileMD5() *Keyer {
 	c := *k
 	c.md5 = true
+	return &c
+}
+
+// WithFileParts returns a copy of k whose dataset keys also carry the
+// digests of each size-byte part of every file larger than size
+// (Keyed.Parts, the last part the rest), read in the same pass as its
+// SHA-256. Keys are the same. size 0 turns it off.
+func (k *Keyer) WithFileParts(size int64) *Keyer {
+	c := *k
+	c.part = size
 	return &c
 }
 
@@ -194,8 +218,9 @@ const hashBufferSize = 256 << 10
 type datasetFile struct {
 	path string
 	sum  [sha256.Size]byte
-	md5  []byte // when the keyer asks for it
-	size int64
+	md5   []byte    // when the keyer asks for it
+	parts []PartSum // when the keyer asks for it and the file is large
+	size  int64
 }
 
 // DatasetKey returns the key and body of a dataset: the canonical document
@@ -242,7 +267,7 @@ func (k *Keyer) DatasetKey(dir string, metadata []byte, files []string) (Keyed, 
 	defer root.Close()
 	buf := make([]byte, hashBufferSize)
 	for i := range entries {
-		if err := hashFile(root, &entries[i], buf, k.md5); err != nil {
+		if err := hashFile(root, &entries[i], buf, k.md5, k.part); err != nil {
 			return Keyed{}, err
 		}
 	}
@@ -276,6 +301,16 @@ func (k *Keyer) DatasetKey(dir string, metadata []byte, files []string) (Keyed, 
 			keyed.MD5[e.path] = hex.EncodeToString(e.md5)
 		}
 	}
+	if err == nil && k.part > 0 {
+		for _, e := range entries {
+			if e.parts != nil {
+				if keyed.Parts == nil {
+					keyed.Parts = make(map[string][]PartSum)
+				}
+				keyed.Parts[e.path] = e.parts
+			}
+		}
+	}
 	return keyed, err
 }
 
@@ -306,8 +341,9 @@ func cleanDatasetPath(p string) (string, error) {
 }
 
 // hashFile fills in the digest and size of e, read streaming through buf,
-// and with withMD5 its MD5 from the same reads.
-func hashFile(root *os.Root, e *datasetFile, buf []byte, withMD5 bool) error {
+// and with withMD5 its MD5 from the same reads, and, for a file larger
+// than partSize (when not 0), its parts' digests.
+func hashFile(root *os.Root, e *datasetFile, buf []byte, withMD5 bool, partSize int64) error {
 	bad := func(err error) error {
 		return fmt.Errorf("%w: file %q: %w", ErrInvalidDataset, e.path, err)
 	}
@@ -335,11 +371,18 @@ func hashFile(root *os.Root, e *datasetFile, buf []byte, withMD5 bool) error {
 	if withMD5 {
 		m = md5.New()
 	}
+	var p *partHasher
+	if partSize > 0 && fi.Size() > partSize {
+		p = &partHasher{size: partSize, md5: md5.New(), sha: sha256.New()}
+	}
 	for {
 		n, err := f.Read(buf)
 		h.Write(buf[:n])
 		if m != nil {
 			m.Write(buf[:n])
+		}
+		if p != nil {
+			p.write(buf[:n])
 		}
 		e.size += int64(n)
 		if err == io.EOF {
@@ -353,5 +396,48 @@ func hashFile(root *os.Root, e *datasetFile, buf []byte, withMD5 bool) error {
 	if m != nil {
 		e.md5 = m.Sum(nil)
 	}
+	if p != nil && e.size > partSize {
+		e.parts = p.end()
+	}
 	return nil
+}
+
+// partHasher hashes a file's parts of size bytes as the file is read.
+type partHasher struct {
+	size     int64
+	md5, sha hash.Hash
+	in       int64 // bytes of the current part hashed
+	sums     []PartSum
+}
+
+func (p *partHasher) write(b []byte) {
+	for len(b) > 0 {
+		n := min(int64(len(b)), p.size-p.in)
+		p.md5.Write(b[:n])
+		p.sha.Write(b[:n])
+		p.in += n
+		b = b[n:]
+		if p.in == p.size {
+			p.cut()
+		}
+	}
+}
+
+// cut ends the current part.
+func (p *partHasher) cut() {
+	var s PartSum
+	p.md5.Sum(s.MD5[:0])
+	p.sha.Sum(s.SHA256[:0])
+	p.sums = append(p.sums, s)
+	p.md5.Reset()
+	p.sha.Reset()
+	p.in = 0
+}
+
+// end returns the parts' digests, the last part the rest.
+func (p *partHasher) end() []PartSum {
+	if p.in > 0 {
+		p.cut()
+	}
+	return p.sums
 }
