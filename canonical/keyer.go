@@ -216,8 +216,8 @@ const hashBufferSize = 256 << 10
 
 // datasetFile is one entry of a dataset document.
 type datasetFile struct {
-	path string
-	sum  [sha256.Size]byte
+	path  string
+	sum   [sha256.Size]byte
 	md5   []byte    // when the keyer asks for it
 	parts []PartSum // when the keyer asks for it and the file is large
 	size  int64
