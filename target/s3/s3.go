@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -41,11 +42,18 @@ type Target struct {
 	// AWS holds the credentials every request is signed with. Required: the
 	// client never reads the environment.
 	AWS Credentials
+	// PartSize is the size of the parts a dataset file larger than it is
+	// sent in, a multipart upload that a later run resumes: 0 means
+	// DefaultPartSize, a negative size sends every file as one PutObject
+	// (at most 5 GiB). S3 takes MinPartSize to MaxPartSize, and at most
+	// MaxParts parts a file.
+	PartSize int64
 }
 
 type s3Driver struct {
 	endpoint string
 	creds    Credentials
+	partSize int64 // 0: no file is sent in parts
 }
 
 // Driver checks the options and returns the target's driver.
@@ -57,7 +65,11 @@ func (t Target) Driver() (driver.Driver, error) {
 	if t.AWS.AccessKeyID == "" || t.AWS.SecretAccessKey == "" {
 		return nil, errors.New("s3.Target.AWS needs an access key id and a secret access key")
 	}
-	return s3Driver{endpoint: ep, creds: t.AWS}, nil
+	part, err := t.partSize()
+	if err != nil {
+		return nil, err
+	}
+	return s3Driver{endpoint: ep, creds: t.AWS, partSize: part}, nil
 }
 
 func (d s3Driver) Name() string              { return driver.TargetName(protocol.S3, d.endpoint) }
@@ -86,8 +98,9 @@ func (d s3Driver) objectURL(name string) string {
 	return u
 }
 
-// Steps is one PutObject of the payload, or for a dataset one per file and
-// then the document, under {key}.json.
+// Steps is one PutObject of the payload, or for a dataset one per file
+// (a multipart upload for a file larger than the part size) and then the
+// document, under {key}.json.
 func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 	var steps []driver.Step
 	name := k.Key
@@ -97,7 +110,14 @@ func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 			return nil, err
 		}
 		for _, f := range files {
-			steps = append(steps, d.fileStep(k.Key, dir, f))
+			switch {
+			case d.partSize == 0 || f.Size <= d.partSize:
+				steps = append(steps, d.fileStep(k.Key, dir, f))
+			case (f.Size+d.partSize-1)/d.partSize > MaxParts:
+				return nil, fmt.Errorf("s3: file %q of %d bytes takes more than S3's %d parts of %d bytes: raise the part size", f.Path, f.Size, MaxParts, d.partSize)
+			default:
+				steps = append(steps, d.uploadStep(k, dir, f))
+			}
 		}
 		name = k.Key + ".json"
 	}
@@ -142,7 +162,7 @@ func (d s3Driver) fileStep(key, dir string, f driver.DatasetFile) driver.Step {
 				}
 				return driver.SizedFile{File: fh, Size: f.Size}, nil
 			}
-			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open}, nil
+			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open, Size: f.Size}, nil
 		},
 		Judge: judgeS3,
 	}
@@ -310,4 +330,5 @@ var (
 	_ driver.TransportWrapper = s3Driver{}
 	_ driver.Prober           = s3Driver{}
 	_ driver.Updater          = s3Driver{}
+	_ driver.FileParter       = s3Driver{}
 )

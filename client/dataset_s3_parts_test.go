@@ -1,0 +1,176 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/xml"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/depositkit/deposit/internal/peertest"
+	"github.com/depositkit/deposit/target/s3"
+)
+
+// partedFile writes a file of size bytes under dir whose content is a
+// function of its offset, and returns its SHA-256.
+func partedFile(t testing.TB, dir, name string, size int64) [32]byte {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, name))
+	require.NoError(t, err)
+	defer f.Close()
+	h := sha256.New()
+	w := io.MultiWriter(f, h)
+	block := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(block)) {
+		for i := range block {
+			block[i] = byte((off + int64(i)) * 2654435761 >> 13)
+		}
+		_, err := w.Write(block[:min(int64(len(block)), size-off)])
+		require.NoError(t, err)
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// s3Proxy forwards to a real S3 server and counts the requests of each
+// kind by method and query (PUT part, POST uploads, ...); fail, when set,
+// answers a request itself.
+type s3Proxy struct {
+	mu     sync.Mutex
+	counts map[string]int
+	fail   func(r *http.Request) bool
+	proxy  *httputil.ReverseProxy
+}
+
+func newS3Proxy(t *testing.T, endpoint string) (*s3Proxy, string) {
+	u, err := url.Parse(endpoint)
+	require.NoError(t, err)
+	p := &s3Proxy{counts: map[string]int{}, proxy: httputil.NewSingleHostReverseProxy(u)}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return p, srv.URL
+}
+
+// s3Kind names a request by what it does.
+func s3Kind(r *http.Request) string {
+	q := r.URL.Query()
+	switch {
+	case q.Has("uploads"):
+		return r.Method + " uploads"
+	case q.Has("partNumber"):
+		return "part"
+	case q.Has("uploadId"):
+		return r.Method + " upload"
+	}
+	return r.Method
+}
+
+func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	p.counts[s3Kind(r)]++
+	fail := p.fail
+	p.mu.Unlock()
+	if fail != nil && fail(r) {
+		hj, _ := w.(http.Hijacker)
+		conn, _, _ := hj.Hijack()
+		conn.Close() // dropped: no answer
+		return
+	}
+	p.proxy.ServeHTTP(w, r)
+}
+
+func (p *s3Proxy) count(kind string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[kind]
+}
+
+// openUploads lists the multipart uploads the bucket holds open.
+func openUploads(t *testing.T, hc *http.Client, bucket string) []string {
+	t.Helper()
+	status, body := get(t, hc, bucket+"?uploads")
+	require.Equal(t, http.StatusOK, status, body)
+	var r struct {
+		Uploads []struct {
+			Key string `xml:"Key"`
+		} `xml:"Upload"`
+	}
+	require.NoError(t, xml.Unmarshal([]byte(body), &r))
+	var keys []string
+	for _, u := range r.Uploads {
+		keys = append(keys, u.Key)
+	}
+	return keys
+}
+
+// A file larger than the part size goes up in parts; a run cut off after
+// two of its three parts leaves the upload journaled, and the next sends
+// only the third, then completes it: the object holds the file's bytes,
+// and no upload is left open.
+func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	proxy, endpoint := newS3Proxy(t, s.Endpoint)
+	bucket := endpoint + "/" + s.Bucket
+	dir := t.TempDir()
+	sum := partedFile(t, dir, "big.bin", 2*s3.MinPartSize+12345)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "small.txt"), []byte("small\n"), 0o644))
+	names := []string{"big.bin", "small.txt"}
+	store := storageStore(t)
+	target := s3.Target{Endpoint: bucket, AWS: versityAWS(s), PartSize: s3.MinPartSize}
+	c, err := New(Config{Target: target, Store: store, Retry: quickRetry})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	parts := 0
+	proxy.fail = func(r *http.Request) bool {
+		if s3Kind(r) == "part" {
+			parts++
+			return parts > 2
+		}
+		return false
+	}
+	_, err = c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
+	require.ErrorIs(t, err, ErrUnresolved)
+	require.Equal(t, 1, proxy.count("POST uploads"))
+	sentBefore := proxy.count("part")
+
+	proxy.fail = nil
+	res, err := c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, 1, proxy.count("POST uploads"), "the journaled upload is resumed, none begun")
+	require.Equal(t, 1, proxy.count("GET upload"), "its parts listed once")
+	require.Equal(t, sentBefore+1, proxy.count("part"), "only the part missing is sent")
+	require.Equal(t, 1, proxy.count("POST upload"), "completed once")
+
+	signed := signedClient(versityAWS(s))
+	resp, err := signed.Get(s3ObjectURL(t, s.Endpoint+"/"+s.Bucket, res.Key, "big.bin"))
+	require.NoError(t, err)
+	h := sha256.New()
+	_, err = io.Copy(h, resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, sum[:], h.Sum(nil), "the object holds the file's bytes")
+	require.Empty(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket))
+
+	// A lost store: the object is found held, nothing is uploaded again.
+	fresh, err := New(Config{Target: target, Store: storageStore(t), Retry: quickRetry})
+	require.NoError(t, err)
+	again, err := fresh.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeExisting, again.Outcome)
+	require.Equal(t, 1, proxy.count("POST uploads"))
+	require.Equal(t, 1, proxy.count("HEAD")-1, "one look for the object, none begun")
+}
