@@ -7,9 +7,9 @@ package driver
 //
 //   - Held, when set, looks first for what the step makes (the object):
 //     [Present] settles the step as existing, with nothing sent.
-//   - With no upload journaled for the step, Begin starts one: the
-//     upload named by JudgeBegin's [Verdict.ID] is journaled in the store
-//     before any part is sent.
+//   - With no upload journaled for the step, the uploads Strays lists are
+//     aborted, and Begin starts one: the upload named by JudgeBegin's
+//     [Verdict.ID] is journaled in the store before any part is sent.
 //   - With one journaled, List reads the parts the server holds (paged:
 //     ReadList's next part number, 0 on the last page). A part the
 //     server holds with the tag journaled for it is not sent again; a
@@ -22,14 +22,15 @@ package driver
 //     request (sending a part again replaces it with the same bytes); its
 //     tag ([Verdict.Tag]) is journaled once confirmed.
 //   - Complete(upload, tags) ends the upload (tags[n-1] is part n's), and
-//     [Step.Judge] judges its answer as the step's own.
+//     [Step.Judge] judges its answer as the step's own; the uploads
+//     Strays lists then are aborted.
 //   - A deposit that ends otherwise (a terminal answer, the run stopped
 //     by a refusal) sends Abort(upload) and forgets the upload, so that
 //     nothing is left stored and billed; one interrupted (a crash, a
 //     signal, a drain) keeps it for the next run to resume.
 //
-// Every request but Begin, Part and Complete is judged by JudgeOther,
-// whose [Retry] and [Ambiguous] answers are sent again.
+// Every request but Begin, Part, Complete and Held's is judged by
+// JudgeOther, whose [Retry] and [Ambiguous] answers are sent again.
 type Parts struct {
 	// Count is how many parts the body is sent in, at least 1.
 	Count int
@@ -54,6 +55,14 @@ type Parts struct {
 	Complete func(upload string, tags []string) (Request, error)
 	// Abort ends upload without making anything.
 	Abort func(upload string) (Request, error)
+	// Strays, when set, lists the uploads the server holds open for what
+	// the step makes: those of earlier attempts whose answer was lost, or
+	// whose sender died before journaling them. The engine aborts each
+	// one (but the upload journaled) before it begins an upload and once
+	// the step is complete, so none is left billed. ReadStrays reads the
+	// listing: the uploads' ids, ok false for an answer that is none.
+	Strays     func() (Request, error)
+	ReadStrays func(Answer) (uploads []string, ok bool)
 	// JudgeOther judges the answers to List and Abort.
 	JudgeOther func(Answer) Verdict
 }
