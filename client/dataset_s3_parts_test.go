@@ -44,11 +44,12 @@ func partedFile(t testing.TB, dir, name string, size int64) [32]byte {
 
 // s3Proxy forwards to a real S3 server and counts the requests of each
 // kind by method and query (PUT part, POST uploads, ...); fail, when set,
-// answers a request itself.
+// drops a request's connection unanswered, before the server sees it or,
+// when it says so, after.
 type s3Proxy struct {
 	mu     sync.Mutex
 	counts map[string]int
-	fail   func(r *http.Request) bool
+	fail   func(r *http.Request) (drop, after bool)
 	proxy  *httputil.ReverseProxy
 }
 
@@ -80,13 +81,20 @@ func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.counts[s3Kind(r)]++
 	fail := p.fail
 	p.mu.Unlock()
-	if fail != nil && fail(r) {
-		hj, _ := w.(http.Hijacker)
-		conn, _, _ := hj.Hijack()
-		conn.Close() // dropped: no answer
+	drop, after := false, false
+	if fail != nil {
+		drop, after = fail(r)
+	}
+	if !drop {
+		p.proxy.ServeHTTP(w, r)
 		return
 	}
-	p.proxy.ServeHTTP(w, r)
+	if after {
+		p.proxy.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	hj, _ := w.(http.Hijacker)
+	conn, _, _ := hj.Hijack()
+	conn.Close()
 }
 
 func (p *s3Proxy) count(kind string) int {
@@ -132,29 +140,35 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	parts := 0
-	proxy.fail = func(r *http.Request) bool {
-		if s3Kind(r) == "part" {
+	// The first upload begun is the server's, its answer lost: a stray.
+	parts, begun := 0, 0
+	proxy.fail = func(r *http.Request) (bool, bool) {
+		switch s3Kind(r) {
+		case "part":
 			parts++
-			return parts > 2
+			return parts > 2, false
+		case "POST uploads":
+			begun++
+			return begun == 1, true
 		}
-		return false
+		return false, false
 	}
 	_, err = c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
 	require.ErrorIs(t, err, ErrUnresolved)
-	require.Equal(t, 1, proxy.count("POST uploads"))
+	require.Equal(t, 2, proxy.count("POST uploads"))
+	signed := signedClient(versityAWS(s))
+	require.Len(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket), 2, "the stray and the upload journaled")
 	sentBefore := proxy.count("part")
 
 	proxy.fail = nil
 	res, err := c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
-	require.Equal(t, 1, proxy.count("POST uploads"), "the journaled upload is resumed, none begun")
+	require.Equal(t, 2, proxy.count("POST uploads"), "the journaled upload is resumed, none begun")
 	require.Equal(t, 1, proxy.count("GET upload"), "its parts listed once")
 	require.Equal(t, sentBefore+1, proxy.count("part"), "only the part missing is sent")
 	require.Equal(t, 1, proxy.count("POST upload"), "completed once")
 
-	signed := signedClient(versityAWS(s))
 	resp, err := signed.Get(s3ObjectURL(t, s.Endpoint+"/"+s.Bucket, res.Key, "big.bin"))
 	require.NoError(t, err)
 	h := sha256.New()
@@ -163,7 +177,7 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, sum[:], h.Sum(nil), "the object holds the file's bytes")
-	require.Empty(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket))
+	require.Empty(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket), "the stray aborted once the object is complete")
 
 	// A lost store: the object is found held, nothing is uploaded again.
 	fresh, err := New(Config{Target: target, Store: storageStore(t), Retry: quickRetry})
@@ -171,6 +185,6 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	again, err := fresh.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeExisting, again.Outcome)
-	require.Equal(t, 1, proxy.count("POST uploads"))
-	require.Equal(t, 1, proxy.count("HEAD")-1, "one look for the object, none begun")
+	require.Equal(t, 2, proxy.count("POST uploads"), "none begun")
+	require.Equal(t, 2, proxy.count("HEAD"), "one look for the object in each run that began none")
 }

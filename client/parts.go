@@ -98,6 +98,9 @@ func (g *partsRun) run(ctx context.Context) (string, error) {
 			if id, done, err := g.lookHeld(ctx); done {
 				return id, err
 			}
+			if err := g.abortStrays(ctx, ""); err != nil {
+				return "", err
+			}
 			if up.ID, err = g.begin(ctx); err != nil {
 				return "", err
 			}
@@ -125,6 +128,7 @@ func (g *partsRun) run(ctx context.Context) (string, error) {
 			var id string
 			id, gone, err = g.complete(ctx, up.ID, all)
 			if err == nil && !gone {
+				g.sweep(ctx)
 				return id, nil
 			}
 		}
@@ -154,12 +158,75 @@ func (g *partsRun) lookHeld(ctx context.Context) (string, bool, error) {
 	case err != nil:
 		return "", true, err
 	case f.Kind == driver.Present:
+		g.sweep(ctx)
 		id, err := r.confirm(ctx, g.s, OutcomeExisting, cmp.Or(f.ID, g.s.FallbackID(g.prior)), 0)
 		return id, true, err
 	case f.Kind == driver.Foreign:
 		return "", true, r.fail(ctx, g.s, f.herr)
 	}
 	return "", false, nil
+}
+
+// abortStrays aborts the uploads the server holds open for what the step
+// makes (driver.Parts.Strays), but keep.
+func (g *partsRun) abortStrays(ctx context.Context, keep string) error {
+	if g.p.Strays == nil {
+		return nil
+	}
+	req, err := g.p.Strays()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	var strays []string
+	var ok bool
+	a, v, err := g.send(ctx, req, func(a answer) verdict {
+		if strays, ok = g.p.ReadStrays(a); ok {
+			return verdict{Class: driver.Created}
+		}
+		return g.p.JudgeOther(a)
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return strayError(req, a, v)
+	}
+	for _, id := range strays {
+		if id == keep {
+			continue
+		}
+		req, err := g.p.Abort(id)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		a, v, err := g.send(ctx, req, g.p.JudgeOther)
+		if err != nil {
+			return err
+		}
+		if v.Class != driver.Created && v.Class != driver.Exists {
+			return strayError(req, a, v)
+		}
+	}
+	return nil
+}
+
+// strayError is the error of an answer a (judged v) to a request about
+// strays: never the deposit's failure, since nothing of the step itself
+// was refused.
+func strayError(req request, a answer, v verdict) error {
+	herr := answerError(req.Method, a, v.Problem)
+	if v.Class == driver.Stop {
+		return fmt.Errorf("%w: %w", ErrStopRun, herr)
+	}
+	return fmt.Errorf("%w: %w", ErrUnresolved, herr)
+}
+
+// sweep aborts the strays of a step that is complete; what it cannot
+// abort is logged, for the step's outcome stands.
+func (g *partsRun) sweep(ctx context.Context) {
+	if err := g.abortStrays(context.WithoutCancel(ctx), ""); err != nil {
+		g.r.c.log.Warn("uploads left open by earlier attempts could not be aborted", "key", g.r.key, "step", g.s.Label, "error", err)
+	}
 }
 
 // begin starts an upload and journals it before any part is sent.

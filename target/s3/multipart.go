@@ -119,6 +119,10 @@ func (d s3Driver) uploadStep(k canonical.Keyed, dir string, f driver.DatasetFile
 		Abort: func(upload string) (driver.Request, error) {
 			return driver.Request{Method: http.MethodDelete, URL: d.objectQueryURL(name, "uploadId="+queryEscape(upload))}, nil
 		},
+		Strays: func() (driver.Request, error) {
+			return driver.Request{Method: http.MethodGet, URL: d.bucketQueryURL("uploads&prefix=" + queryEscape(name)), Full: true}, nil
+		},
+		ReadStrays: func(a driver.Answer) ([]string, bool) { return readUploads(a, name) },
 		JudgeOther: judgeOther,
 	}
 	return driver.Step{Label: "file " + strconv.Quote(f.Path), Arbitrated: true, Parts: p, Judge: judgeComplete}
@@ -141,6 +145,42 @@ func (d s3Driver) objectQueryURL(name, q string) string {
 		return u + "&" + q
 	}
 	return u + "?" + q
+}
+
+// bucketQueryURL is the bucket's URL with query q (already escaped).
+func (d s3Driver) bucketQueryURL(q string) string {
+	base, query, found := strings.Cut(d.endpoint, "?")
+	if found {
+		return base + "?" + query + "&" + q
+	}
+	return base + "?" + q
+}
+
+// readUploads reads a ListMultipartUploads answer
+// (https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListMultipartUploads.html):
+// the ids of the uploads open for the object name itself (the listing is
+// by prefix).
+func readUploads(a driver.Answer, name string) ([]string, bool) {
+	if a.Err != nil || a.Status != http.StatusOK {
+		return nil, false
+	}
+	var r struct {
+		XMLName xml.Name `xml:"ListMultipartUploadsResult"`
+		Uploads []struct {
+			Key      string `xml:"Key"`
+			UploadID string `xml:"UploadId"`
+		} `xml:"Upload"`
+	}
+	if xml.Unmarshal(a.Body, &r) != nil {
+		return nil, false
+	}
+	var ids []string
+	for _, u := range r.Uploads {
+		if u.Key == name && u.UploadID != "" {
+			ids = append(ids, u.UploadID)
+		}
+	}
+	return ids, true
 }
 
 // queryEscape escapes a query value the way SigV4 canonicalises it.
