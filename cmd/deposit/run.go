@@ -65,6 +65,7 @@ type runOptions struct {
 	collection    string
 	ingest        bool
 	lockWait      time.Duration
+	partSize      sizeFlag
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
@@ -203,6 +204,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.StringVar(&o.queryEndpoint, "query-endpoint", "", "crossref: the XML query servlet's `URL` (default: the query servlet beside --endpoint)")
 	fs.StringVar(&o.collection, "collection", "", "dataverse: the `ALIAS` of the collection datasets are created in (required under dataverse)")
 	fs.BoolVar(&o.ingest, "ingest", false, "dataverse: let Dataverse ingest tabular files (renamed .tab); off by default")
+	fs.Var(&o.partSize, "part-size", "s3: files larger than this are sent in parts of this size, a multipart upload a later run resumes: 5MiB to 5GiB, or off (one PutObject a file, at most 5 GiB) (default 64MiB)")
 	fs.DurationVar(&o.lockWait, "lock-wait", 0, "dataverse: how long a run waits for a dataset's lock (a publication finishing) before leaving it unresolved as stuck (default 10m)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -263,6 +265,7 @@ type summaryJSON struct {
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
 	Rechecks   int   `json:"rechecks"`
+	BytesSent  int64 `json:"bytes_sent"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
 }
 
@@ -312,7 +315,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 	target, err := newTarget(proto, targetFlags{endpoint: o.endpoint, idPointer: o.idPointer,
 		doiPrefix: o.doiPrefix, event: o.dataciteEvent, noPublish: o.noPublish, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
-		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait}, s.getenv)
+		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait, partSize: o.partSize.n}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
@@ -378,7 +381,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		StaticRate:     !o.adaptiveRate,
 		Header:         header,
 		Logger:         slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:          client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint)},
+		Hooks:          client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint), OnTransfer: prog.files.event},
 
 		EndpointOutage: endpointOutage(o.endOutage),
 	})
@@ -456,7 +459,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: shown.recovered, staleShown: shown.stale}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: shown.recovered, staleShown: shown.stale, bytes: prog.files.total()}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: %s; run the same command again to finish (safe)\n", ack.outcome())
@@ -488,7 +491,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed, Updated: sum.Updated, Stale: sum.Stale,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, NotSent: sum.NotSent, Recovered: sum.Recovered,
-			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, BytesSent: prog.files.total(), ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
@@ -801,6 +804,7 @@ func redact(s string) string {
 // tail is what the command counts beside the client's summary.
 type tail struct {
 	unread    int64 // non-blank lines a run that stopped early never read
+	bytes     int64 // bytes of dataset files sent, retries' again
 	keyReused int   // failures that are a 422 under idempotency-key
 	// stopped: an answer or the endpoint stopped the run (not an
 	// interrupt); the stop's message gives the one advice.
@@ -822,7 +826,11 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run or another process)", sum.Recovered)
 	}
-	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	fmt.Fprintf(w, "; %s, %s", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if t.bytes > 0 {
+		fmt.Fprintf(w, ", %s of files sent", bytesText(t.bytes))
+	}
+	fmt.Fprintln(w)
 	if hidden := sum.Stale - t.staleShown; hidden > 0 {
 		fmt.Fprintf(w, "  %d more stale %s not named above: older versions than their objects hold, nothing sent (--results FILE lists every line)\n", hidden, pick(hidden, "line", "lines"))
 	}
