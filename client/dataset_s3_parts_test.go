@@ -11,11 +11,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/internal/peertest"
 	"github.com/depositkit/deposit/target/s3"
 )
@@ -50,6 +52,7 @@ type s3Proxy struct {
 	mu     sync.Mutex
 	counts map[string]int
 	fail   func(r *http.Request) (drop, after bool)
+	refuse func(r *http.Request) bool // answered 400 BadDigest
 	proxy  *httputil.ReverseProxy
 }
 
@@ -79,8 +82,14 @@ func s3Kind(r *http.Request) string {
 func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.counts[s3Kind(r)]++
-	fail := p.fail
+	fail, refuse := p.fail, p.refuse
 	p.mu.Unlock()
+	if refuse != nil && refuse(r) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `<Error><Code>BadDigest</Code><Message>The Content-MD5 you specified did not match what we received.</Message></Error>`)
+		return
+	}
 	drop, after := false, false
 	if fail != nil {
 		drop, after = fail(r)
@@ -161,13 +170,34 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	sentBefore := proxy.count("part")
 
 	proxy.fail = nil
-	res, err := c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
+	var mu sync.Mutex
+	var events []TransferEvent
+	sent := map[string]int64{}
+	hooked, err := New(Config{Target: target, Store: store, Retry: quickRetry, Hooks: Hooks{OnTransfer: func(e TransferEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Sent > 0 {
+			sent[e.Label] += e.Sent
+			return
+		}
+		events = append(events, e)
+	}}})
+	require.NoError(t, err)
+	res, err := hooked.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
 	require.Equal(t, 2, proxy.count("POST uploads"), "the journaled upload is resumed, none begun")
 	require.Equal(t, 1, proxy.count("GET upload"), "its parts listed once")
 	require.Equal(t, sentBefore+1, proxy.count("part"), "only the part missing is sent")
 	require.Equal(t, 1, proxy.count("POST upload"), "completed once")
+	big := int64(2*s3.MinPartSize + 12345)
+	require.Equal(t, []TransferEvent{
+		{Key: res.Key, Label: `file "big.bin"`, Size: big, Held: 2 * s3.MinPartSize, Begin: true},
+		{Key: res.Key, Label: `file "big.bin"`, Size: big, Done: true},
+		{Key: res.Key, Label: `file "small.txt"`, Size: 6, Begin: true},
+		{Key: res.Key, Label: `file "small.txt"`, Size: 6, Done: true},
+	}, events, "each file's transfer begins, with what the server held, and ends")
+	require.Equal(t, map[string]int64{`file "big.bin"`: 12345, `file "small.txt"`: 6}, sent, "the bytes sent: the part missing, and the small file")
 
 	resp, err := signed.Get(s3ObjectURL(t, s.Endpoint+"/"+s.Bucket, res.Key, "big.bin"))
 	require.NoError(t, err)
@@ -187,4 +217,66 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	require.Equal(t, OutcomeExisting, again.Outcome)
 	require.Equal(t, 2, proxy.count("POST uploads"), "none begun")
 	require.Equal(t, 2, proxy.count("HEAD"), "one look for the object in each run that began none")
+}
+
+// A part the server holds with other bytes than the tag the journal
+// recorded for it fails the deposit, and the upload is aborted and
+// forgotten; so is an upload one of whose parts the server refuses for
+// good (400 BadDigest: the file changed since it was keyed).
+func TestS3DatasetFileInPartsRefusedIsAbortedOnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	direct := s.Endpoint + "/" + s.Bucket
+	signed := signedClient(versityAWS(s))
+	for _, tt := range []struct {
+		name string
+		// spoil spoils the upload after a run cut off after two parts.
+		spoil func(t *testing.T, store *dedup.SQLite, target, key string, p *s3Proxy)
+		want  string
+	}{
+		{"a part held with other bytes", func(t *testing.T, store *dedup.SQLite, target, key string, _ *s3Proxy) {
+			up, err := store.LookupUpload(context.Background(), target, key)
+			require.NoError(t, err)
+			require.Len(t, up.Tags, 2)
+			require.NoError(t, store.RecordPart(context.Background(), target, key, up.ID, 1, `"0123456789abcdef0123456789abcdef"`))
+		}, "other bytes than the file's"},
+		{"a part refused for good", func(t *testing.T, _ *dedup.SQLite, _, _ string, p *s3Proxy) {
+			p.refuse = func(r *http.Request) bool { return s3Kind(r) == "part" }
+		}, "BadDigest"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			proxy, endpoint := newS3Proxy(t, s.Endpoint)
+			dir := t.TempDir()
+			partedFile(t, dir, "big.bin", 2*s3.MinPartSize+1)
+			store := storageStore(t)
+			target := s3.Target{Endpoint: endpoint + "/" + s.Bucket, AWS: versityAWS(s), PartSize: s3.MinPartSize}
+			c, err := New(Config{Target: target, Store: store, Retry: quickRetry})
+			require.NoError(t, err)
+			meta := []byte(`{"t":` + strconv.Quote(tt.name) + `}`)
+			parts := 0
+			proxy.fail = func(r *http.Request) (bool, bool) {
+				if s3Kind(r) == "part" {
+					parts++
+					return parts > 2, false
+				}
+				return false, false
+			}
+			res, err := c.DepositDataset(context.Background(), dir, meta, []string{"big.bin"})
+			require.ErrorIs(t, err, ErrUnresolved)
+			proxy.fail = nil
+			d, err := target.Driver()
+			require.NoError(t, err)
+			tt.spoil(t, store, d.Name(), res.Key+` file "big.bin"`, proxy)
+
+			_, err = c.DepositDataset(context.Background(), dir, meta, []string{"big.bin"})
+			require.ErrorIs(t, err, ErrTerminal)
+			require.ErrorContains(t, err, tt.want)
+			require.Equal(t, 1, proxy.count("DELETE upload"), "the upload aborted")
+			_, err = store.LookupUpload(context.Background(), d.Name(), res.Key+` file "big.bin"`)
+			require.ErrorIs(t, err, dedup.ErrNotFound, "and forgotten")
+			for _, k := range openUploads(t, signed, direct) {
+				require.NotContains(t, k, res.Key, "no upload of the dataset left open")
+			}
+		})
+	}
 }

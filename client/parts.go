@@ -291,9 +291,8 @@ func (g *partsRun) confirmed(ctx context.Context, up dedup.Upload) (map[int]stri
 				switch {
 				case !ok:
 				case h.Tag != tag:
-					err := fmt.Errorf("%w: %s: the server holds part %d of upload with tag %s, not the %s this client sent: other bytes than the file's",
-						ErrTerminal, g.s.Label, n, h.Tag, tag)
-					return nil, false, g.ended(ctx, up.ID, err)
+					herr := answerError(req.Method, a, fmt.Sprintf("the server holds part %d of the upload with tag %s, not the %s this client sent: other bytes than the file's", n, h.Tag, tag))
+					return nil, false, g.ended(ctx, up.ID, g.r.fail(ctx, g.s, herr))
 				default:
 					tags[n] = tag
 					g.held += h.Size
