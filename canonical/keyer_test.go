@@ -291,3 +291,26 @@ func TestDatasetPartDigestsComeFromTheSameReadAsTheKey(t *testing.T) {
 	}
 	require.Equal(t, map[string][]PartSum{"big": want}, parted.Parts, "a file no larger than a part has none")
 }
+
+// A file of many read buffers, its parts not aligned to them: the digests
+// hashed side by side are those of its bytes, in order.
+func TestDatasetPartDigestsOfALargeFile(t *testing.T) {
+	dir := t.TempDir()
+	big := make([]byte, 3<<20+12345)
+	for i := range big {
+		big[i] = byte(i * 31 >> 7)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o600))
+	const part = 1<<20 + 7
+	parted, err := mustKeyer(t, FormJCS).WithFileMD5().WithFileParts(part).DatasetKey(dir, []byte(`{}`), []string{"big"})
+	require.NoError(t, err)
+	var want []PartSum
+	for off := 0; off < len(big); off += part {
+		p := big[off:min(off+part, len(big))]
+		want = append(want, PartSum{MD5: md5.Sum(p), SHA256: sha256.Sum256(p)})
+	}
+	require.Equal(t, want, parted.Parts["big"])
+	sum, whole := sha256.Sum256(big), md5.Sum(big)
+	require.Contains(t, string(parted.Body), hex.EncodeToString(sum[:]))
+	require.Equal(t, hex.EncodeToString(whole[:]), parted.MD5["big"])
+}
