@@ -139,7 +139,7 @@ Credentials are never printed.
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
 "unresolved","not_sent","recovered","unread","skipped","leases_lost","requests",
-"retries","rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over
+"retries","rechecks","bytes_sent","elapsed_ms"}. "total" is the sum of the six outcomes, over
 the lines read; "not_sent" counts the unresolved items (among "unresolved")
 this run sent no request for: read, but stopped or interrupted before their
 first; "unread" counts the non-blank lines a run that stopped early never
