@@ -34,8 +34,10 @@ package driver
 type Parts struct {
 	// Count is how many parts the body is sent in, at least 1.
 	Count int
-	// Size is the body's length in bytes, for progress.
-	Size int64
+	// Size is the body's length in bytes, and PartSize the length of
+	// every part but the last (which is the rest). The engine journals an
+	// upload under its part size, so a run with another one begins anew.
+	Size, PartSize int64
 	// Held looks for what the step makes; nil looks for nothing.
 	Held *Check
 	// Begin starts an upload; JudgeBegin names it ([Verdict.ID]).

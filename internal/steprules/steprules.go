@@ -93,6 +93,6 @@ func stepName(i int, s *driver.Step) string {
 // partsComplete reports whether p has every function the engine calls
 // and at least one part.
 func partsComplete(p *driver.Parts) bool {
-	return p.Count >= 1 && p.Begin != nil && p.JudgeBegin != nil && p.Part != nil && p.List != nil &&
+	return p.Count >= 1 && p.PartSize >= 1 && p.Begin != nil && p.JudgeBegin != nil && p.Part != nil && p.List != nil &&
 		p.ReadList != nil && p.Complete != nil && p.Abort != nil && p.JudgeOther != nil
 }

@@ -84,7 +84,7 @@ func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 func fullParts() *driver.Parts {
 	req := func() (driver.Request, error) { return driver.Request{}, nil }
 	judge := func(driver.Answer) driver.Verdict { return driver.Verdict{} }
-	return &driver.Parts{Count: 1, Begin: req, JudgeBegin: judge,
+	return &driver.Parts{Count: 1, PartSize: 1, Begin: req, JudgeBegin: judge,
 		Part: func(string, int) (driver.Request, func(driver.Answer) driver.Verdict, error) {
 			return driver.Request{}, judge, nil
 		},
