@@ -268,13 +268,13 @@ func TestS3DatasetFileInPartsRefusedIsAbortedOnVersity(t *testing.T) {
 			proxy.fail = nil
 			d, err := target.Driver()
 			require.NoError(t, err)
-			tt.spoil(t, store, d.Name(), res.Key+` file "big.bin"`, proxy)
+			tt.spoil(t, store, d.Name(), res.Key+` file "big.bin" 5242880`, proxy)
 
 			_, err = c.DepositDataset(context.Background(), dir, meta, []string{"big.bin"})
 			require.ErrorIs(t, err, ErrTerminal)
 			require.ErrorContains(t, err, tt.want)
 			require.Equal(t, 1, proxy.count("DELETE upload"), "the upload aborted")
-			_, err = store.LookupUpload(context.Background(), d.Name(), res.Key+` file "big.bin"`)
+			_, err = store.LookupUpload(context.Background(), d.Name(), res.Key+` file "big.bin" 5242880`)
 			require.ErrorIs(t, err, dedup.ErrNotFound, "and forgotten")
 			for _, k := range openUploads(t, signed, direct) {
 				require.NotContains(t, k, res.Key, "no upload of the dataset left open")
@@ -323,4 +323,46 @@ func BenchmarkS3DatasetFile(b *testing.B) {
 			})
 		}
 	}
+}
+
+// A run with another part size than the run before begins the file's
+// upload anew, and aborts the one before: parts of two sizes never make
+// one object.
+func TestS3DatasetFileInPartsOfAnotherSizeBeginsAnewOnVersity(t *testing.T) {
+	t.Parallel()
+	s := peertest.Versity(t)
+	proxy, endpoint := newS3Proxy(t, s.Endpoint)
+	dir := t.TempDir()
+	sum := partedFile(t, dir, "big.bin", 3*s3.MinPartSize+1)
+	store := storageStore(t)
+	deposit := func(part int64) (Result, error) {
+		c, err := New(Config{Target: s3.Target{Endpoint: endpoint + "/" + s.Bucket, AWS: versityAWS(s), PartSize: part}, Store: store, Retry: quickRetry})
+		require.NoError(t, err)
+		return c.DepositDataset(context.Background(), dir, []byte(`{"t":"sizes"}`), []string{"big.bin"})
+	}
+	parts := 0
+	proxy.fail = func(r *http.Request) (bool, bool) {
+		if s3Kind(r) == "part" {
+			parts++
+			return parts > 2, false
+		}
+		return false, false
+	}
+	_, err := deposit(s3.MinPartSize)
+	require.ErrorIs(t, err, ErrUnresolved)
+	proxy.fail = nil
+	res, err := deposit(s3.MinPartSize + 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, OutcomeCreated, res.Outcome)
+	require.Equal(t, 2, proxy.count("POST uploads"), "a new upload for the new part size")
+
+	signed := signedClient(versityAWS(s))
+	resp, err := signed.Get(s3ObjectURL(t, s.Endpoint+"/"+s.Bucket, res.Key, "big.bin"))
+	require.NoError(t, err)
+	h := sha256.New()
+	_, err = io.Copy(h, resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, sum[:], h.Sum(nil), "the object holds the file's bytes")
+	require.Empty(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket), "the first upload aborted")
 }

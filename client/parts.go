@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/depositkit/deposit/dedup"
 	"github.com/depositkit/deposit/driver"
@@ -69,7 +70,7 @@ type partsRun struct {
 	p      *driver.Parts
 	prior  []string
 	target string // the journal's (target, key): the deposit's target and
-	key    string // the deposit key with the step's label
+	key    string // the deposit key with the step's label and part size
 	held   int64  // bytes the server held already when the step began
 }
 
@@ -78,7 +79,7 @@ func (r *runDeposit) sendParts(ctx context.Context, s *step, prior []string) (st
 	if r.c.uploads == nil {
 		return "", fmt.Errorf("%w: the store keeps no uploads, which the target's step %s is sent in", ErrStopRun, s.Label)
 	}
-	g := &partsRun{r: r, s: s, p: s.Parts, prior: prior, target: r.primary.Target, key: r.key + " " + s.Label}
+	g := &partsRun{r: r, s: s, p: s.Parts, prior: prior, target: r.primary.Target, key: r.key + " " + s.Label + " " + strconv.FormatInt(s.Parts.PartSize, 10)}
 	return g.run(ctx)
 }
 
@@ -289,7 +290,8 @@ func (g *partsRun) confirmed(ctx context.Context, up dedup.Upload) (map[int]stri
 			for n, tag := range up.Tags {
 				h, ok := held[n]
 				switch {
-				case !ok:
+				case !ok || h.Size != g.partLen(n):
+					// Not held, or not as this part: sent again.
 				case h.Tag != tag:
 					herr := answerError(req.Method, a, fmt.Sprintf("the server holds part %d of the upload with tag %s, not the %s this client sent: other bytes than the file's", n, h.Tag, tag))
 					return nil, false, g.ended(ctx, up.ID, g.r.fail(ctx, g.s, herr))
@@ -303,6 +305,11 @@ func (g *partsRun) confirmed(ctx context.Context, up dedup.Upload) (map[int]stri
 		after = next
 	}
 	return nil, false, fmt.Errorf("%w: the listing of the upload's parts did not end", ErrUnresolved)
+}
+
+// partLen is the length of part n.
+func (g *partsRun) partLen(n int) int64 {
+	return min(g.p.PartSize, g.p.Size-int64(n-1)*g.p.PartSize)
 }
 
 // sendMissing sends the parts of upload that tags lacks, in order, and

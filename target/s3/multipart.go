@@ -67,7 +67,7 @@ func (d s3Driver) uploadStep(k canonical.Keyed, dir string, f driver.DatasetFile
 	sums := k.Parts[f.Path]
 	count := int((f.Size + d.partSize - 1) / d.partSize)
 	p := &driver.Parts{
-		Count: count, Size: f.Size,
+		Count: count, Size: f.Size, PartSize: d.partSize,
 		Held: &driver.Check{
 			Build: func([]string) (driver.Request, error) {
 				return driver.Request{Method: http.MethodHead, URL: d.objectURL(name)}, nil
