@@ -1,8 +1,10 @@
 // Package s3 provides the s3 target: a bucket of an S3-compatible store,
 // written with conditional PutObject requests signed with AWS Signature
 // V4. It stores what it is given and mints nothing: a record's identifier
-// is its object URL. With an identity, an object is updated in place on
-// its ETag (If-Match), and read back by its own bytes.
+// is its object URL. A dataset file larger than the part size is a
+// multipart upload completed on the same condition, which a later run
+// resumes. With an identity, an object is updated in place on its ETag
+// (If-Match), and read back by its own bytes.
 package s3
 
 import (
