@@ -84,17 +84,17 @@ func s3Kind(r *http.Request) string {
 func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.counts[s3Kind(r)]++
-	fail, refuse := p.fail, p.refuse
+	refused := p.refuse != nil && p.refuse(r)
+	drop, after := false, false
+	if p.fail != nil && !refused {
+		drop, after = p.fail(r)
+	}
 	p.mu.Unlock()
-	if refuse != nil && refuse(r) {
+	if refused {
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, `<Error><Code>BadDigest</Code><Message>The Content-MD5 you specified did not match what we received.</Message></Error>`)
 		return
-	}
-	drop, after := false, false
-	if fail != nil {
-		drop, after = fail(r)
 	}
 	if !drop {
 		p.proxy.ServeHTTP(w, r)
@@ -106,6 +106,13 @@ func (p *s3Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hj, _ := w.(http.Hijacker)
 	conn, _, _ := hj.Hijack()
 	conn.Close()
+}
+
+// set changes the proxy's faults (fail, refuse) under its lock.
+func (p *s3Proxy) set(f func(p *s3Proxy)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p)
 }
 
 func (p *s3Proxy) count(kind string) int {
@@ -153,17 +160,19 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 
 	// The first upload begun is the server's, its answer lost: a stray.
 	parts, begun := 0, 0
-	proxy.fail = func(r *http.Request) (bool, bool) {
-		switch s3Kind(r) {
-		case "part":
-			parts++
-			return parts > 2, false
-		case "POST uploads":
-			begun++
-			return begun == 1, true
+	proxy.set(func(p *s3Proxy) {
+		p.fail = func(r *http.Request) (bool, bool) {
+			switch s3Kind(r) {
+			case "part":
+				parts++
+				return parts > 2, false
+			case "POST uploads":
+				begun++
+				return begun == 1, true
+			}
+			return false, false
 		}
-		return false, false
-	}
+	})
 	_, err = c.DepositDataset(ctx, dir, []byte(`{"t":"parts"}`), names)
 	require.ErrorIs(t, err, ErrUnresolved)
 	require.Equal(t, 2, proxy.count("POST uploads"))
@@ -171,7 +180,7 @@ func TestS3DatasetFileInPartsResumesOnVersity(t *testing.T) {
 	require.Len(t, openUploads(t, signed, s.Endpoint+"/"+s.Bucket), 2, "the stray and the upload journaled")
 	sentBefore := proxy.count("part")
 
-	proxy.fail = nil
+	proxy.set(func(p *s3Proxy) { p.fail = nil })
 	var mu sync.Mutex
 	var events []TransferEvent
 	sent := map[string]int64{}
@@ -243,7 +252,7 @@ func TestS3DatasetFileInPartsRefusedIsAbortedOnVersity(t *testing.T) {
 			require.NoError(t, store.RecordPart(context.Background(), target, key, up.ID, 1, `"0123456789abcdef0123456789abcdef"`))
 		}, "other bytes than the file's"},
 		{"a part refused for good", func(t *testing.T, _ *dedup.SQLite, _, _ string, p *s3Proxy) {
-			p.refuse = func(r *http.Request) bool { return s3Kind(r) == "part" }
+			p.set(func(p *s3Proxy) { p.refuse = func(r *http.Request) bool { return s3Kind(r) == "part" } })
 		}, "BadDigest"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,16 +265,18 @@ func TestS3DatasetFileInPartsRefusedIsAbortedOnVersity(t *testing.T) {
 			require.NoError(t, err)
 			meta := []byte(`{"t":` + strconv.Quote(tt.name) + `}`)
 			parts := 0
-			proxy.fail = func(r *http.Request) (bool, bool) {
-				if s3Kind(r) == "part" {
-					parts++
-					return parts > 2, false
+			proxy.set(func(p *s3Proxy) {
+				p.fail = func(r *http.Request) (bool, bool) {
+					if s3Kind(r) == "part" {
+						parts++
+						return parts > 2, false
+					}
+					return false, false
 				}
-				return false, false
-			}
+			})
 			res, err := c.DepositDataset(context.Background(), dir, meta, []string{"big.bin"})
 			require.ErrorIs(t, err, ErrUnresolved)
-			proxy.fail = nil
+			proxy.set(func(p *s3Proxy) { p.fail = nil })
 			d, err := target.Driver()
 			require.NoError(t, err)
 			tt.spoil(t, store, d.Name(), res.Key+` file "big.bin" 5242880`, proxy)
@@ -341,16 +352,18 @@ func TestS3DatasetFileInPartsOfAnotherSizeBeginsAnewOnVersity(t *testing.T) {
 		return c.DepositDataset(context.Background(), dir, []byte(`{"t":"sizes"}`), []string{"big.bin"})
 	}
 	parts := 0
-	proxy.fail = func(r *http.Request) (bool, bool) {
-		if s3Kind(r) == "part" {
-			parts++
-			return parts > 2, false
+	proxy.set(func(p *s3Proxy) {
+		p.fail = func(r *http.Request) (bool, bool) {
+			if s3Kind(r) == "part" {
+				parts++
+				return parts > 2, false
+			}
+			return false, false
 		}
-		return false, false
-	}
+	})
 	_, err := deposit(s3.MinPartSize)
 	require.ErrorIs(t, err, ErrUnresolved)
-	proxy.fail = nil
+	proxy.set(func(p *s3Proxy) { p.fail = nil })
 	res, err := deposit(s3.MinPartSize + 1<<20)
 	require.NoError(t, err)
 	require.Equal(t, OutcomeCreated, res.Outcome)
