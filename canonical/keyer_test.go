@@ -1,6 +1,8 @@
 package canonical
 
 import (
+	"bytes"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
@@ -268,4 +270,47 @@ func TestDatasetMD5ComesFromTheSameReadAsTheKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, k.Key, withMD5.Key, "MD5 changes no key")
 	require.Equal(t, map[string]string{"a.txt": "5d41402abc4b2a76b9719d911017c592"}, withMD5.MD5)
+}
+
+func TestDatasetPartDigestsComeFromTheSameReadAsTheKey(t *testing.T) {
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("0123456789"), 25) // 250 bytes: parts of 100, 100, 50
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "small"), big[:100], 0o600))
+	plain, err := NewKeyer(FormJCS, nil)
+	require.NoError(t, err)
+	k, err := plain.DatasetKey(dir, []byte(`{}`), []string{"big", "small"})
+	require.NoError(t, err)
+	require.Nil(t, k.Parts)
+	parted, err := plain.WithFileParts(100).DatasetKey(dir, []byte(`{}`), []string{"big", "small"})
+	require.NoError(t, err)
+	require.Equal(t, k.Key, parted.Key, "part digests change no key")
+	var want []PartSum
+	for _, p := range [][]byte{big[:100], big[100:200], big[200:]} {
+		want = append(want, PartSum{MD5: md5.Sum(p), SHA256: sha256.Sum256(p)})
+	}
+	require.Equal(t, map[string][]PartSum{"big": want}, parted.Parts, "a file no larger than a part has none")
+}
+
+// A file of many read buffers, its parts not aligned to them: the digests
+// hashed side by side are those of its bytes, in order.
+func TestDatasetPartDigestsOfALargeFile(t *testing.T) {
+	dir := t.TempDir()
+	big := make([]byte, 3<<20+12345)
+	for i := range big {
+		big[i] = byte(i * 31 >> 7)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o600))
+	const part = 1<<20 + 7
+	parted, err := mustKeyer(t, FormJCS).WithFileMD5().WithFileParts(part).DatasetKey(dir, []byte(`{}`), []string{"big"})
+	require.NoError(t, err)
+	var want []PartSum
+	for off := 0; off < len(big); off += part {
+		p := big[off:min(off+part, len(big))]
+		want = append(want, PartSum{MD5: md5.Sum(p), SHA256: sha256.Sum256(p)})
+	}
+	require.Equal(t, want, parted.Parts["big"])
+	sum, whole := sha256.Sum256(big), md5.Sum(big)
+	require.Contains(t, string(parted.Body), hex.EncodeToString(sum[:]))
+	require.Equal(t, hex.EncodeToString(whole[:]), parted.MD5["big"])
 }

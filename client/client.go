@@ -152,6 +152,10 @@ type Hooks struct {
 	// Config.EndpointOutage), and again when it answers again. Its calls
 	// are serialised; it must not call the Client.
 	OnEndpointOutage func(EndpointOutageEvent)
+	// OnTransfer is called as dataset files are sent (see TransferEvent),
+	// from the goroutines of the deposits sending them, often: it must be
+	// quick, and safe for concurrent use.
+	OnTransfer func(TransferEvent)
 }
 
 // LeaseWaitEvent is a deposit starting or ending a wait for another
@@ -355,6 +359,9 @@ type Client struct {
 	updater     driver.ObjectReader
 	objects     objectStore
 	allowRevert bool
+	// uploads journals the uploads of steps sent in parts; nil for a
+	// store that keeps none.
+	uploads uploadStore
 
 	flights  flights
 	lookups  lookups
@@ -414,6 +421,9 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 		c.objects = guardedObjects{s: store}
+	}
+	if _, ok := cfg.Store.(uploadStore); ok {
+		c.uploads = guardedUploads{s: store}
 	}
 	if c.budget == nil {
 		c.budget, c.ownBudget = backoff.NewBudget(0), true
@@ -480,6 +490,9 @@ func keyerFor(cfg Config, drv driver.Driver) (*canonical.Keyer, error) {
 	}
 	if m, ok := drv.(driver.FileMD5er); ok && m.WantsFileMD5() {
 		keyer = keyer.WithFileMD5()
+	}
+	if p, ok := drv.(driver.FileParter); ok && p.FilePartSize() > 0 {
+		keyer = keyer.WithFileParts(p.FilePartSize())
 	}
 	return keyer, nil
 }

@@ -435,7 +435,13 @@ func (r *runDeposit) runFrom(ctx context.Context, steps []step, p *resume) error
 			}
 			continue
 		}
-		id, err := r.guard(ctx, s, prior[:i], uncertain[i] || p.recs[i] != nil, p.intents[i])
+		var id string
+		var err error
+		if s.Parts != nil {
+			id, err = r.sendParts(ctx, s, prior[:i])
+		} else {
+			id, err = r.guard(ctx, s, prior[:i], uncertain[i] || p.recs[i] != nil, p.intents[i])
+		}
 		if err != nil {
 			return stepError(s.Label, err)
 		}
@@ -514,6 +520,12 @@ func (r *runDeposit) guard(ctx context.Context, s *step, prior []string, uncerta
 		return "", fmt.Errorf("%w: %w", ErrUnresolved, err)
 	case err != nil:
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if req.Open != nil {
+		// A streamed body (a dataset file) is reported as it is read.
+		req = c.counted(req, r.key, s.Label)
+		c.transfer(TransferEvent{Key: r.key, Label: s.Label, Size: req.Size, Begin: true})
+		defer c.transfer(TransferEvent{Key: r.key, Label: s.Label, Size: req.Size, Done: true})
 	}
 	req.Header = c.withUserHeader(req.Header)
 
@@ -930,7 +942,9 @@ func (r *runDeposit) recordedFailure(s *step, prior []string, rec dedup.Record) 
 	if herr.Problem == http.StatusText(rec.Status) {
 		herr.Problem = "" // fail recorded the status text for an answer without one
 	}
-	if req, err := s.Build(prior); err == nil {
+	if s.Build == nil {
+		// A step sent in parts builds its requests from its upload.
+	} else if req, err := s.Build(prior); err == nil {
 		herr.Method, herr.URL = req.Method, driver.RedactURL(req.URL)
 	}
 	return fmt.Errorf("%w (recorded by an earlier run; re-sent only when retrying failures deliberately): %w",

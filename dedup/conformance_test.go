@@ -45,6 +45,7 @@ func runConformanceTests(t *testing.T, open func(t *testing.T) testStore) {
 
 	t.Run("scan", func(t *testing.T) { runScanTests(t, open) })
 	t.Run("objects", func(t *testing.T) { runObjectTests(t, open) })
+	t.Run("uploads", func(t *testing.T) { runUploadTests(t, open) })
 
 	t.Run("begin records intent and keeps the first body", func(t *testing.T) {
 		s := open(t)

@@ -507,6 +507,7 @@ type pgQueries struct {
 	listAll, listAllDone, listTarget, listTargetDone              string
 	listAllUnsettled, listTargetUnsettled                         string
 	objects                                                       pgObjectQueries
+	uploads                                                       pgUploadQueries
 }
 
 // newPGQueries writes the store's statements for the schema quoted (a
@@ -620,6 +621,7 @@ func newPGQueries(quoted string) pgQueries {
 		listAllUnsettled:    x("SELECT " + pgRecordCols + " FROM {s}.records WHERE (target, state, key) > ($1, $3, $2) AND state = $3 AND state <> 'done' ORDER BY target, state, key LIMIT " + strconv.Itoa(listPage)),
 		listTargetUnsettled: x("SELECT " + pgRecordCols + " FROM {s}.records WHERE target = $1 AND state = $3 AND key > $2 AND state <> 'done' ORDER BY state, key LIMIT " + strconv.Itoa(listPage)),
 		objects:             newPGObjectQueries(x),
+		uploads:             newPGUploadQueries(x),
 	}
 }
 

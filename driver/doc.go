@@ -146,8 +146,8 @@
 // mistake is the driver's and the same for every item:
 //
 //   - at least one step, and exactly one [Step.Primary], which is durable;
-//   - every step has Build and Judge, and every step but the primary one a
-//     Label;
+//   - every step has Build (or Parts) and Judge, and every step but the
+//     primary one a Label;
 //   - a durable step has a store row (Target and Key), and no two durable
 //     steps share one;
 //   - every step is durable or arbitrated (or both): with neither, nothing
@@ -157,7 +157,9 @@
 //   - only the primary step keeps its body;
 //   - a step that Accepts is durable and has a Check;
 //   - a step with a Recheck row has a Check and is not arbitrated;
-//   - a step that names the RecordID is durable.
+//   - a step that names the RecordID is durable;
+//   - a step sent in [Parts] is arbitrated, not durable, and has all of
+//     Parts' functions but Held.
 //
 // Name the store target of a step other than the primary one by
 // [StepTarget] (the deposit's target with "-step" after the protocol,
@@ -202,6 +204,8 @@
 //     once (new versions of one record, which share the server's one open
 //     draft) name what they share; the engine runs them one at a time,
 //     within a process by a lock and across processes by a lease.
+//   - [FileParter]: the keyer hashes large dataset files in parts too,
+//     for a step that sends them in [Parts].
 //   - [Prober]: client.NewProbe may probe the target, writing a record
 //     twice with its one conditional create and removing it after.
 //   - [Updater]: the target takes an identity (client.Config.Identity):

@@ -92,6 +92,9 @@ type Step struct {
 	// beside the identifier its primary step minted (the client's
 	// Result.RecordID).
 	RecordID bool
+	// Parts, when set, sends the step's body in parts that a later run
+	// resumes (see [Parts]); Build may then be nil.
+	Parts *Parts
 	// Recheck, when set, is the store target of a row noted when this step
 	// was created after its Check had found nothing following an ambiguous
 	// attempt: a search of an index that lags more than Check.Settle can

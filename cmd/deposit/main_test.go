@@ -73,7 +73,7 @@ func summaryOf(t *testing.T, stdout string) summaryJSON {
 	t.Helper()
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal([]byte(stdout), &raw), "stdout: %q", stdout)
-	want := []string{"total", "created", "existing", "replayed", "updated", "stale", "failed", "invalid", "unresolved", "not_sent", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "rechecks", "elapsed_ms"}
+	want := []string{"total", "created", "existing", "replayed", "updated", "stale", "failed", "invalid", "unresolved", "not_sent", "recovered", "unread", "skipped", "leases_lost", "requests", "retries", "rechecks", "bytes_sent", "elapsed_ms"}
 	require.ElementsMatch(t, want, slices.Collect(mapsKeys(raw)))
 	var s summaryJSON
 	require.NoError(t, json.Unmarshal([]byte(stdout), &s))

@@ -36,6 +36,7 @@ type progress struct {
 	read  func() int64 // input bytes consumed
 
 	requests  atomic.Int64 // HTTP requests sent, counted by a client hook
+	files     transfers    // dataset files being sent, by a client hook
 	itemsRead atomic.Int64 // items the run has read from the input
 	// waiting counts the deposits waiting for a key another process
 	// leases, waitUntil the latest end of those leases (p.mu), waitSaid
@@ -79,6 +80,7 @@ func isTerminal(w io.Writer) (bool, func() int) {
 func newProgress(w io.Writer, size int64, read func() int64, interval time.Duration) *progress {
 	tty, width := isTerminal(w)
 	p := &progress{w: w, tty: tty, width: width, start: time.Now(), size: size, read: read, done: make(chan struct{})}
+	p.files.logf = p.logf
 	switch {
 	case interval > 0:
 	case tty:
@@ -204,6 +206,7 @@ func (p *progress) logf(format string, args ...any) {
 }
 
 func (p *progress) tick() {
+	p.files.tick()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -262,6 +265,7 @@ func (p *progress) draw() {
 const (
 	partPaceWhy   = 1 << iota // " (the client's limit, not the server's)"
 	partRequests              // "; 42 requests"
+	partBytes                 // "; 1.5 GiB sent, 48 MiB/s, 40s left for 1 file"
 	partBreakdown             // " (1 created, 0 existing, 1 replayed)"
 	partPace                  // " at --rate 1.5/s"
 	partGraphic               // "[=====     ]"
@@ -351,6 +355,11 @@ func (p *progress) countsText(show int) string {
 		fmt.Fprintf(&b, ", %d invalid", s.Invalid)
 	}
 	fmt.Fprintf(&b, ", %d unresolved", s.Unresolved)
+	if show&partBytes != 0 {
+		if bytes := p.files.text(time.Now()); bytes != "" {
+			fmt.Fprintf(&b, "; %s", bytes)
+		}
+	}
 	if show&partRequests != 0 {
 		fmt.Fprintf(&b, "; %s", plural(int(p.requests.Load()), "request"))
 		if w := int(p.waiting.Load()); w > 0 {

@@ -96,3 +96,52 @@ func TestProgressWritesPlainLinesWhenNotATerminal(t *testing.T) {
 	require.NotContains(t, text, "\r", "no bar on a log")
 	require.Contains(t, text, "(50% of the input read)")
 }
+
+// While dataset files are sent, the progress shows the bytes sent, their
+// rate and the time left for the files in flight; a file sent for longer
+// than fileLineAfter gets a line of its own, and another when it is done.
+func TestProgressShowsTheBytesOfFilesInFlight(t *testing.T) {
+	var out syncBuffer
+	p := &progress{w: &out, size: 0, read: func() int64 { return 0 }, done: make(chan struct{}), start: time.Now()}
+	p.files.logf = p.logf
+	key := strings.Repeat("ab", 32)
+	p.files.event(client.TransferEvent{Key: key, Label: `file "big.bin"`, Size: 3 << 30, Held: 1 << 30, Begin: true})
+	p.files.event(client.TransferEvent{Key: key, Label: `file "big.bin"`, Sent: 512 << 20})
+	// As if the first byte went 10 s ago and the file began 5 s ago.
+	p.files.first = time.Now().Add(-10 * time.Second)
+	p.files.active[key+"\x00"+`file "big.bin"`].began = time.Now().Add(-5 * time.Second)
+
+	p.mu.Lock()
+	text := p.countsText(partAll)
+	p.mu.Unlock()
+	require.Regexp(t, `; 512\.0 MiB sent, 51\.\d MiB/s, 30s left for 1 file; 0 requests$`, text, "1.5 GiB left at 51.2 MiB/s")
+	p.files.tick()
+	p.files.tick()
+	require.Equal(t, "file \"big.bin\" of item "+shortKey(key)+": sending 3.0 GiB, 1.0 GiB of it held from an earlier run\n", out.String(), "one line, once")
+	p.files.event(client.TransferEvent{Key: key, Label: `file "big.bin"`, Size: 3 << 30, Done: true})
+	require.Contains(t, out.String(), "file \"big.bin\" of item "+shortKey(key)+": 512.0 MiB sent in 5s (")
+	require.Equal(t, int64(512<<20), p.files.total())
+	require.Empty(t, p.files.active)
+
+	var sum strings.Builder
+	printSummary(&sum, client.Summary{Total: 1, Created: 1, Requests: 3}, tail{bytes: p.files.total()}, runOptions{})
+	require.Contains(t, sum.String(), "; 3 requests, 0 retries, 512.0 MiB of files sent\n")
+}
+
+func TestBytesText(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 5 << 20: "5.0 MiB", 3 << 29: "1.5 GiB", 2 << 40: "2.0 TiB"} {
+		require.Equal(t, want, bytesText(n), "%d", n)
+	}
+}
+
+func TestPartSizeFlag(t *testing.T) {
+	for in, want := range map[string]int64{"64MiB": 64 << 20, "5GiB": 5 << 30, "8388608": 8388608, "100KiB": 100 << 10, "off": -1} {
+		var f sizeFlag
+		require.NoError(t, f.Set(in), in)
+		require.Equal(t, want, f.n, in)
+	}
+	for _, in := range []string{"", "0", "-1", "12MB", "lots"} {
+		var f sizeFlag
+		require.Error(t, f.Set(in), in)
+	}
+}

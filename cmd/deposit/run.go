@@ -73,6 +73,7 @@ type runOptions struct {
 	parent        string
 	public, doi   bool
 	minPartSize   int64
+	partSize      sizeFlag
 	input         string // FILE, or "-" for stdin
 	// set names the flags given on the command line.
 	set map[string]bool
@@ -148,7 +149,7 @@ Credentials are never printed.
 Output: progress and a summary on stderr; with --json one summary object on
 stdout: {"total","created","existing","replayed","failed","invalid",
 "unresolved","not_sent","recovered","unread","skipped","leases_lost","requests",
-"retries","rechecks","elapsed_ms"}. "total" is the sum of the six outcomes, over
+"retries","rechecks","bytes_sent","elapsed_ms"}. "total" is the sum of the six outcomes, over
 the lines read; "not_sent" counts the unresolved items (among "unresolved")
 this run sent no request for: read, but stopped or interrupted before their
 first; "unread" counts the non-blank lines a run that stopped early never
@@ -220,6 +221,7 @@ func runCmd(ctx context.Context, args []string, s streams) int {
 	fs.BoolVar(&o.public, "public", false, "osf: make each node public once its files are up")
 	fs.BoolVar(&o.doi, "doi", false, "osf: mint a DOI for each node (made public first); the deposit's identifier is then the DOI")
 	fs.Int64Var(&o.minPartSize, "min-part-size", 0, "figshare: the smallest part, in bytes, Figshare's upload service splits a file into but the last (default 5 MiB)")
+	fs.Var(&o.partSize, "part-size", "s3: files larger than this are sent in parts of this size, a multipart upload a later run resumes: 5MiB to 5GiB, or off (one PutObject a file, at most 5 GiB) (default 64MiB)")
 	fs.DurationVar(&o.lockWait, "lock-wait", 0, "dataverse: how long a run waits for a dataset's lock (a publication finishing) before leaving it unresolved as stuck (default 10m)")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -280,6 +282,7 @@ type summaryJSON struct {
 	Requests   int   `json:"requests"`
 	Retries    int   `json:"retries"`
 	Rechecks   int   `json:"rechecks"`
+	BytesSent  int64 `json:"bytes_sent"`
 	ElapsedMS  int64 `json:"elapsed_ms"`
 }
 
@@ -330,7 +333,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		doiPrefix: o.doiPrefix, event: o.dataciteEvent, adopt: o.adopt, noPublish: o.noPublish, onChange: o.onChange, settle: o.settle, searchRate: o.searchRate.clientRate(),
 		queryEndpoint: o.queryEndpoint, inputDir: inputDir(o.input),
 		collection: o.collection, ingest: o.ingest, lockWait: o.lockWait,
-		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi, minPartSize: o.minPartSize}, s.getenv)
+		filesEndpoint: o.filesEndpoint, parent: o.parent, public: o.public, doi: o.doi, minPartSize: o.minPartSize, partSize: o.partSize.n}, s.getenv)
 	if err != nil {
 		return none, c.usageError(s, "%v", err)
 	}
@@ -396,7 +399,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		StaticRate:     !o.adaptiveRate,
 		Header:         header,
 		Logger:         slog.New(slog.NewTextHandler(prog, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime})),
-		Hooks:          client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint)},
+		Hooks:          client.Hooks{OnRequest: func(client.RequestEvent) { prog.requests.Add(1) }, OnLeaseWait: prog.leaseWait, OnEndpointOutage: prog.endpointOutage(o.endpoint), OnTransfer: prog.files.event},
 
 		EndpointOutage: endpointOutage(o.endOutage),
 	})
@@ -474,7 +477,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		code = exitUnresolved
 	}
 	stopped := runErr != nil && !interrupted
-	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: shown.recovered, staleShown: shown.stale}, o)
+	printSummary(s.stderr, sum, tail{unread: unread, keyReused: keysReused, stopped: stopped, interrupted: interrupted, recoveredShown: shown.recovered, staleShown: shown.stale, bytes: prog.files.total()}, o)
 	switch {
 	case interrupted:
 		fmt.Fprintf(s.stderr, "deposit run: interrupted: %s; run the same command again to finish (safe)\n", ack.outcome())
@@ -506,7 +509,7 @@ func runBatch(ctx context.Context, o runOptions, s streams, c *command) (client.
 		b, _ := json.Marshal(summaryJSON{
 			Total: sum.Total, Created: sum.Created, Existing: sum.Existing, Replayed: sum.Replayed, Updated: sum.Updated, Stale: sum.Stale,
 			Failed: sum.Failed, Invalid: sum.Invalid, Unresolved: sum.Unresolved, NotSent: sum.NotSent, Recovered: sum.Recovered,
-			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, ElapsedMS: sum.Elapsed.Milliseconds(),
+			Unread: unread, Skipped: sum.Skipped, LeasesLost: sum.LeasesLost, Requests: sum.Requests, Retries: sum.Retries, Rechecks: sum.Rechecks, BytesSent: prog.files.total(), ElapsedMS: sum.Elapsed.Milliseconds(),
 		})
 		fmt.Fprintf(s.stdout, "%s\n", b)
 	}
@@ -819,6 +822,7 @@ func redact(s string) string {
 // tail is what the command counts beside the client's summary.
 type tail struct {
 	unread    int64 // non-blank lines a run that stopped early never read
+	bytes     int64 // bytes of dataset files sent, retries' again
 	keyReused int   // failures that are a 422 under idempotency-key
 	// stopped: an answer or the endpoint stopped the run (not an
 	// interrupt); the stop's message gives the one advice.
@@ -847,7 +851,11 @@ func printSummary(w io.Writer, sum client.Summary, t tail, o runOptions) {
 	if sum.Recovered > 0 {
 		fmt.Fprintf(w, " (%d recovered from an earlier run or another process)", sum.Recovered)
 	}
-	fmt.Fprintf(w, "; %s, %s\n", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	fmt.Fprintf(w, "; %s, %s", plural(sum.Requests, "request"), fmt.Sprintf("%d %s", sum.Retries, pick(sum.Retries, "retry", "retries")))
+	if t.bytes > 0 {
+		fmt.Fprintf(w, ", %s of files sent", bytesText(t.bytes))
+	}
+	fmt.Fprintln(w)
 	if hidden := sum.Stale - t.staleShown; hidden > 0 {
 		fmt.Fprintf(w, "  %d more stale %s not named above: older versions than their objects hold, nothing sent (--results FILE lists every line)\n", hidden, pick(hidden, "line", "lines"))
 	}

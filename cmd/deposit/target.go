@@ -54,6 +54,8 @@ type targetFlags struct {
 	public, doi   bool
 	// minPartSize is the Figshare target's.
 	minPartSize int64
+	// partSize is the s3 target's (s3.Target.PartSize).
+	partSize int64
 }
 
 // targetSpec is what the command line knows of one target. Adding a target
@@ -140,8 +142,9 @@ var targetSpecs = map[string]targetSpec{
 			if err != nil {
 				return nil, err
 			}
-			return s3.Target{Endpoint: f.endpoint, AWS: aws}, nil
+			return s3.Target{Endpoint: f.endpoint, AWS: aws, PartSize: f.partSize}, nil
 		},
+		flags: []string{"part-size"},
 		// Requests are signed; an Authorization header would replace the
 		// signature.
 		authorize:   func(string, http.Header, func(string) string) error { return nil },

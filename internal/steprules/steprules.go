@@ -54,7 +54,7 @@ func Check(steps []driver.Step) error {
 func checkStep(i int, s *driver.Step) error {
 	name := stepName(i, s)
 	switch {
-	case s.Build == nil || s.Judge == nil:
+	case (s.Build == nil && s.Parts == nil) || s.Judge == nil:
 		return fmt.Errorf("steps: %s: a step needs both build and judge", name)
 	case !s.Primary && s.Label == "":
 		return fmt.Errorf("steps: step %d has no label: every step but the primary one is named in errors", i+1)
@@ -74,6 +74,10 @@ func checkStep(i int, s *driver.Step) error {
 		return fmt.Errorf("steps: %s has a recheck row but no check, or is arbitrated: a recheck looks again for what a check missed", name)
 	case s.RecordID && !s.Durable:
 		return fmt.Errorf("steps: %s names the record id but is not durable: a replay could not answer it from the store", name)
+	case s.Parts != nil && (!s.Arbitrated || s.Durable):
+		return fmt.Errorf("steps: %s is sent in parts but is durable or not arbitrated: its upload is journaled in the store, and its completion must be the server's to refuse twice", name)
+	case s.Parts != nil && !partsComplete(s.Parts):
+		return fmt.Errorf("steps: %s is sent in parts but lacks one of Parts' functions, or has no part", name)
 	}
 	return nil
 }
@@ -84,4 +88,11 @@ func stepName(i int, s *driver.Step) string {
 		return fmt.Sprintf("step %d (the record)", i+1)
 	}
 	return fmt.Sprintf("step %d (%s)", i+1, s.Label)
+}
+
+// partsComplete reports whether p has every function the engine calls
+// and at least one part.
+func partsComplete(p *driver.Parts) bool {
+	return p.Count >= 1 && p.PartSize >= 1 && p.Begin != nil && p.JudgeBegin != nil && p.Part != nil && p.List != nil &&
+		p.ReadList != nil && p.Complete != nil && p.Abort != nil && p.JudgeOther != nil
 }

@@ -60,6 +60,16 @@ func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 			s[0].Recheck = ""
 			return s
 		}, "names the record id"},
+		{"parts on a durable step", func(s []driver.Step) []driver.Step {
+			s[1].Parts = fullParts()
+			return s
+		}, "sent in parts but is durable"},
+		{"parts without their functions", func(s []driver.Step) []driver.Step {
+			s[0].Durable, s[0].Arbitrated, s[0].RecordID, s[0].Check, s[0].Recheck = false, true, false, nil, ""
+			s[0].Parts, s[0].Build = fullParts(), nil
+			s[0].Parts.Abort = nil
+			return s
+		}, "lacks one of Parts' functions"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,4 +78,26 @@ func TestCheckStepsNamesTheRuleABrokenListBreaks(t *testing.T) {
 			require.Contains(t, err.Error(), tt.rule)
 		})
 	}
+}
+
+// fullParts is a Parts with every function set.
+func fullParts() *driver.Parts {
+	req := func() (driver.Request, error) { return driver.Request{}, nil }
+	judge := func(driver.Answer) driver.Verdict { return driver.Verdict{} }
+	return &driver.Parts{Count: 1, PartSize: 1, Begin: req, JudgeBegin: judge,
+		Part: func(string, int) (driver.Request, func(driver.Answer) driver.Verdict, error) {
+			return driver.Request{}, judge, nil
+		},
+		List:       func(string, int) (driver.Request, error) { return req() },
+		ReadList:   func(driver.Answer) ([]driver.HeldPart, int, bool, bool) { return nil, 0, false, true },
+		Complete:   func(string, []string) (driver.Request, error) { return req() },
+		Abort:      func(string) (driver.Request, error) { return req() },
+		JudgeOther: judge}
+}
+
+func TestPartsStepNeedsNoBuild(t *testing.T) {
+	s := validSteps()
+	s[0].Durable, s[0].Arbitrated, s[0].RecordID, s[0].Check, s[0].Recheck = false, true, false, nil, ""
+	s[0].Parts, s[0].Build = fullParts(), nil
+	require.NoError(t, Check(s))
 }

@@ -1,8 +1,10 @@
 // Package s3 provides the s3 target: a bucket of an S3-compatible store,
 // written with conditional PutObject requests signed with AWS Signature
 // V4. It stores what it is given and mints nothing: a record's identifier
-// is its object URL. With an identity, an object is updated in place on
-// its ETag (If-Match), and read back by its own bytes.
+// is its object URL. A dataset file larger than the part size is a
+// multipart upload completed on the same condition, which a later run
+// resumes. With an identity, an object is updated in place on its ETag
+// (If-Match), and read back by its own bytes.
 package s3
 
 import (
@@ -10,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -41,11 +44,18 @@ type Target struct {
 	// AWS holds the credentials every request is signed with. Required: the
 	// client never reads the environment.
 	AWS Credentials
+	// PartSize is the size of the parts a dataset file larger than it is
+	// sent in, a multipart upload that a later run resumes: 0 means
+	// DefaultPartSize, a negative size sends every file as one PutObject
+	// (at most 5 GiB). S3 takes MinPartSize to MaxPartSize, and at most
+	// MaxParts parts a file.
+	PartSize int64
 }
 
 type s3Driver struct {
 	endpoint string
 	creds    Credentials
+	partSize int64 // 0: no file is sent in parts
 }
 
 // Driver checks the options and returns the target's driver.
@@ -57,7 +67,11 @@ func (t Target) Driver() (driver.Driver, error) {
 	if t.AWS.AccessKeyID == "" || t.AWS.SecretAccessKey == "" {
 		return nil, errors.New("s3.Target.AWS needs an access key id and a secret access key")
 	}
-	return s3Driver{endpoint: ep, creds: t.AWS}, nil
+	part, err := t.partSize()
+	if err != nil {
+		return nil, err
+	}
+	return s3Driver{endpoint: ep, creds: t.AWS, partSize: part}, nil
 }
 
 func (d s3Driver) Name() string              { return driver.TargetName(protocol.S3, d.endpoint) }
@@ -86,8 +100,9 @@ func (d s3Driver) objectURL(name string) string {
 	return u
 }
 
-// Steps is one PutObject of the payload, or for a dataset one per file and
-// then the document, under {key}.json.
+// Steps is one PutObject of the payload, or for a dataset one per file
+// (a multipart upload for a file larger than the part size) and then the
+// document, under {key}.json.
 func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 	var steps []driver.Step
 	name := k.Key
@@ -97,7 +112,14 @@ func (d s3Driver) Steps(k canonical.Keyed, dir string) ([]driver.Step, error) {
 			return nil, err
 		}
 		for _, f := range files {
-			steps = append(steps, d.fileStep(k.Key, dir, f))
+			switch {
+			case d.partSize == 0 || f.Size <= d.partSize:
+				steps = append(steps, d.fileStep(k.Key, dir, f))
+			case (f.Size+d.partSize-1)/d.partSize > MaxParts:
+				return nil, fmt.Errorf("s3: file %q of %d bytes takes more than S3's %d parts of %d bytes: raise the part size", f.Path, f.Size, MaxParts, d.partSize)
+			default:
+				steps = append(steps, d.uploadStep(k, dir, f))
+			}
 		}
 		name = k.Key + ".json"
 	}
@@ -142,7 +164,7 @@ func (d s3Driver) fileStep(key, dir string, f driver.DatasetFile) driver.Step {
 				}
 				return driver.SizedFile{File: fh, Size: f.Size}, nil
 			}
-			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open}, nil
+			return driver.Request{Method: http.MethodPut, URL: url, Header: h, Open: open, Size: f.Size}, nil
 		},
 		Judge: judgeS3,
 	}
@@ -310,4 +332,5 @@ var (
 	_ driver.TransportWrapper = s3Driver{}
 	_ driver.Prober           = s3Driver{}
 	_ driver.Updater          = s3Driver{}
+	_ driver.FileParter       = s3Driver{}
 )
