@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -431,7 +432,7 @@ func (o *objectRun) updateBySteps(ctx context.Context, su driver.StepUpdater, ob
 	// killed run left them in flight (the server finished a publication
 	// it had accepted), are settled before the version is recorded, or
 	// their rows would stay pending.
-	o.settle = func(ctx context.Context) error { return o.settleSteps(ctx, su, u) }
+	o.settle = func(ctx context.Context) error { return o.settleSteps(ctx, u) }
 	obj, done, err := o.reconcile(ctx, obj)
 	o.settle = nil
 	if done || err != nil {
@@ -478,39 +479,51 @@ func (o *objectRun) runUpdate(ctx context.Context, su driver.StepUpdater, u driv
 	return res, err
 }
 
-// settleSteps runs the steps of update u again, given the record as read
-// (holding this version), when a row of one of them shows them in flight:
-// what is done is answered from the store, and an accepted step is
-// polled, never sent again. With no such row nothing is sent.
-func (o *objectRun) settleSteps(ctx context.Context, su driver.StepUpdater, u driver.ObjectUpdate) error {
-	u.Held = o.held
-	uk := o.k
-	steps, err := su.UpdateSteps(uk, u)
-	if err != nil {
-		return nil // the version is applied; rows of steps it cannot build stay as they are
+// settleSteps closes the rows an earlier attempt of update u left
+// pending, once a read shows the record holding this version: the update
+// took effect, so those rows are done, with the identifier the read names
+// (or the record's). Nothing is sent: steps built again now would be
+// built from the record as it is after the update (o.held), which is not
+// what they were built from (a driver choosing an edit or a new version
+// by the files the record holds would choose otherwise). The rows are
+// found as the contract keys them: u.Key, or u.Key, a space and a name of
+// the step's own, under the driver's step targets.
+func (o *objectRun) settleSteps(ctx context.Context, u driver.ObjectUpdate) error {
+	c := o.c
+	o.res.RecordID = cmp.Or(o.held.RecordID, o.res.RecordID)
+	var s Store = c.store
+	if g, ok := s.(*guarded); ok {
+		s = g.s
 	}
-	inFlight := false
-	for _, s := range steps {
-		if !s.Durable || inFlight {
-			continue
-		}
-		rec, err := o.c.lookups.lookup(ctx, s.Target, s.Key)
-		switch {
-		case isNotFound(err):
-		case err != nil:
-			return o.c.storeError(err)
-		default:
-			inFlight = rec.State == dedup.StatePending
-		}
-	}
-	if !inFlight {
+	l, ok := s.(rowLister)
+	if !ok {
 		return nil
 	}
-	res, err := o.runUpdate(ctx, su, u)
-	o.res.Requests += res.Requests
-	o.res.Retries += res.Retries
-	o.res.RecordID = res.RecordID
-	return err
+	id := cmp.Or(o.readID, u.Record)
+	for _, target := range c.target.StepTargets() {
+		rows, err := guardCall(c.guard, ctx, "list an update's steps in flight", false, func(ctx context.Context) ([]dedup.Record, error) {
+			var out []dedup.Record
+			for rec, err := range l.List(ctx, target, dedup.StatePending) {
+				if err != nil {
+					return nil, err
+				}
+				if rec.Key == u.Key || strings.HasPrefix(rec.Key, u.Key+" ") {
+					out = append(out, rec)
+				}
+			}
+			return out, nil
+		})
+		if err != nil {
+			return c.storeError(err)
+		}
+		for _, rec := range rows {
+			if _, err := c.store.Complete(context.WithoutCancel(ctx), target, rec.Key,
+				dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: id}); err != nil {
+				return c.storeError(err)
+			}
+		}
+	}
+	return nil
 }
 
 // reconcile reads the record before an update is sent on its tag: holding
@@ -533,12 +546,15 @@ func (o *objectRun) reconcile(ctx context.Context, obj dedup.Object) (dedup.Obje
 		return obj, true, err
 	}
 	if held.Key == o.k.Key {
+		identifier := ""
 		if o.settle != nil {
 			if err := o.settle(ctx); err != nil {
 				return obj, true, err
 			}
+			// The record the update's steps made: a new version's.
+			identifier = o.readID
 		}
-		if _, err := o.apply(ctx, o.k, state.Tag, ""); err != nil {
+		if _, err := o.apply(ctx, o.k, state.Tag, identifier); err != nil {
 			return obj, true, err
 		}
 		o.res.Outcome = OutcomeUpdated

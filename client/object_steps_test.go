@@ -267,3 +267,54 @@ func mustKey(t *testing.T, c *Client, payload string) string {
 	require.NoError(t, err)
 	return k.Key
 }
+
+// An update whose last step took effect while its run could not learn so
+// (the answer lost, the reads that would settle it failing) leaves its
+// rows pending; the next run's read finds the version applied and closes
+// them as done, sending no step again.
+func TestAnUpdateAppliedUnbeknownIsSettledWithoutASend(t *testing.T) {
+	h, err := repotest.NewHandler(repotest.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	var readsDown atomic.Bool
+	var commits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPut && r.Header.Get("If-Match") == "*":
+			if commits.Add(1) == 1 {
+				h.ServeHTTP(httptest.NewRecorder(), r)
+				readsDown.Store(true)
+				if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+					conn.Close()
+				}
+				return
+			}
+		case r.Method == http.MethodGet && readsDown.Load():
+			http.Error(w, "reads down", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c := stagedClient(t, srv.URL, store, Config{})
+	v2 := `{"id":"s-6","n":2}`
+	deposit(t, c, `{"id":"s-6","n":1}`)
+	_, err = c.Deposit(context.Background(), []byte(v2))
+	require.ErrorIs(t, err, ErrUnresolved, "the commit took effect, but nothing could say so")
+	object, key := objectKeyOf(t, c, v2), mustKey(t, c, v2)
+	commit := driver.StepTarget(c.target.Name(), "commit")
+	rec, err := store.Lookup(context.Background(), commit, updateKey(object, 1, key))
+	require.NoError(t, err)
+	require.Equal(t, dedup.StatePending, rec.State)
+
+	readsDown.Store(false)
+	upd := deposit(t, stagedClient(t, srv.URL, store, Config{}), v2)
+	require.Equal(t, OutcomeUpdated, upd.Outcome)
+	require.Equal(t, 1, upd.Requests, "the read alone: no step is sent again")
+	require.Equal(t, int64(1), commits.Load())
+	rec, err = store.Lookup(context.Background(), commit, updateKey(object, 1, key))
+	require.NoError(t, err)
+	require.Equal(t, dedup.StateDone, rec.State, "the commit's row is closed, not left pending")
+	require.Equal(t, int64(1), h.Stats().Updates)
+}

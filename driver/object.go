@@ -75,6 +75,11 @@ type ObjectState struct {
 	// them instead of keying Body, whose shape such a server changes.
 	// Version "" means Body is the payload as deposited, to be keyed.
 	Version, Object string
+	// RecordID, for a [StepUpdater]'s record, is what a line reports as
+	// its record id for the version read (a Dataverse version number, an
+	// InvenioRDM version's record id): the engine gives it to a line
+	// whose update a killed run had already applied.
+	RecordID string
 	// Order, for a record that names neither its content nor markers
 	// but the order of its version (Crossref's deposit timestamp), is
 	// that order, as the version pointer gives it (a decimal integer or
@@ -143,9 +148,12 @@ type ReadBeforeUpdate interface {
 // of a new version, or the same one).
 //
 // An update's steps are keyed by [ObjectUpdate.Key], one per application
-// of a version to the object, under store targets of the driver's own
+// of a version to the object, or by that key, a space and a name of the
+// step's own (one per file), under store targets of the driver's own
 // ([Driver.StepTargets]), never [Driver.Name]: an update makes no new
-// deposit. Their requests should carry k's version marker, so that a read
+// deposit. When a read shows that a killed run's update took effect, the
+// engine closes the rows so keyed that it left pending, as done, sending
+// nothing. Their requests should carry k's version marker, so that a read
 // of the record after a lost answer, or after a lost store, tells the
 // version applied. A step that finds what only another writer can have
 // made (an edit draft without this object's marker) says so as [Foreign]

@@ -162,7 +162,7 @@ func (d *dv) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Finding) {
 		return driver.ObjectState{}, driver.Finding{Kind: driver.Foreign, Problem: fmt.Sprintf(
 			"dataset %s was made by a deposit without --identity (it has no otherId %s...): it is not updated", pid, versionPrefix)}
 	}
-	return driver.ObjectState{Body: env.Data, Tag: v.number(), Version: version, Object: object}, driver.Finding{Kind: driver.Present, ID: pid}
+	return driver.ObjectState{Body: env.Data, Tag: v.number(), Version: version, Object: object, RecordID: v.number()}, driver.Finding{Kind: driver.Present, ID: pid}
 }
 
 // Identifiers of the draft look: no draft; a draft of ours for another

@@ -125,7 +125,7 @@ func (d invenioDriver) JudgeRead(a driver.Answer) (driver.ObjectState, driver.Fi
 	}
 	object, _ := strings.CutPrefix(strings.Join(ms, ""), invenioMarkerPrefix+"sha256:")
 	version, _ := strings.CutPrefix(vs[0], versionMarkerPrefix+"sha256:")
-	return driver.ObjectState{Body: a.Body, Version: version, Object: object}, driver.Finding{Kind: driver.Present, ID: h.ID}
+	return driver.ObjectState{Body: a.Body, Version: version, Object: object, RecordID: h.ID}, driver.Finding{Kind: driver.Present, ID: h.ID}
 }
 
 // heldRecord is the part of the published record the engine read that an
