@@ -147,10 +147,10 @@ const runNotes = `Environment:
 Credentials are never printed.
 
 Output: progress and a summary on stderr; with --json one summary object on
-stdout: {"total","created","existing","replayed","failed","invalid",
-"unresolved","not_sent","recovered","unread","skipped","leases_lost","requests",
-"retries","rechecks","bytes_sent","elapsed_ms"}. "total" is the sum of the six outcomes, over
-the lines read; "not_sent" counts the unresolved items (among "unresolved")
+stdout: {"total","created","existing","replayed","updated","stale","failed",
+"invalid","unresolved","not_sent","recovered","unread","skipped","leases_lost",
+"requests","retries","rechecks","bytes_sent","elapsed_ms"}. "total" is the sum of
+the outcomes (created to unresolved), over the lines read; "not_sent" counts the unresolved items (among "unresolved")
 this run sent no request for: read, but stopped or interrupted before their
 first; "unread" counts the non-blank lines a run that stopped early never
 read, "skipped" those left to other shards (--shard); "leases_lost" counts the
