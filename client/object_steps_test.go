@@ -150,10 +150,7 @@ func TestAnAmbiguousStepOfAnUpdateIsCheckedNotResent(t *testing.T) {
 	var dropped atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut && r.Header.Get("If-Match") == "*" && !dropped.Swap(true) {
-			h.ServeHTTP(httptest.NewRecorder(), r)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
+			serveThenDrop(h, w, r)
 			return
 		}
 		h.ServeHTTP(w, r)

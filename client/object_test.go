@@ -64,6 +64,15 @@ func replaceBehind(t *testing.T, url string, body []byte) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
+// serveThenDrop lets h handle r, then closes the connection before any
+// answer: a write that took effect and whose answer was lost.
+func serveThenDrop(h http.Handler, w http.ResponseWriter, r *http.Request) {
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		conn.Close()
+	}
+}
+
 // recordBody is the body the server holds for the one record it has.
 func recordBody(t *testing.T, h *repotest.Handler) string {
 	t.Helper()
@@ -182,10 +191,7 @@ func TestAnAmbiguousUpdateIsAppliedOnce(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut && r.Header.Get("If-Match") != "" && !dropped[r.URL.Path] {
 			dropped[r.URL.Path] = true
-			h.ServeHTTP(httptest.NewRecorder(), r)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
+			serveThenDrop(h, w, r)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -448,10 +454,7 @@ func TestAnAmbiguousUpdateWithoutAPreconditionIsReadNotResent(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut && r.Header.Get("If-Match") == "*" && !dropped {
 			dropped = true
-			h.ServeHTTP(httptest.NewRecorder(), r)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
+			serveThenDrop(h, w, r)
 			return
 		}
 		h.ServeHTTP(w, r)
