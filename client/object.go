@@ -65,6 +65,10 @@ type objectRun struct {
 	// kept is the payload the create's steps were resumed with, when an
 	// earlier attempt's intent kept another (driver.Step.KeepBody).
 	kept []byte
+	// first says that the read is the create's, which found the record
+	// there: a record without a marker that holds this very content
+	// (driver.ContentMatcher) is then this version's.
+	first bool
 	// settle, when set, runs before a read that finds this version
 	// applied is recorded: the steps of an update left in flight are
 	// settled first (updateBySteps).
@@ -313,7 +317,9 @@ func (o *objectRun) create(ctx context.Context) (dedup.Object, bool, error) {
 	// The record was there: made by an earlier run, or another process,
 	// perhaps with another version. It says which.
 	o.record = res.Identifier
+	o.first = true
 	state, found, err := o.read(ctx)
+	o.first = false
 	if err != nil {
 		return dedup.Object{}, true, err
 	}
@@ -635,6 +641,10 @@ func (o *objectRun) read(ctx context.Context) (driver.ObjectState, bool, error) 
 		o.readID = f.ID
 		return state, true, nil
 	case driver.Foreign:
+		if m, ok := o.rd.(driver.ContentMatcher); ok && o.first && m.HoldsContent(o.k, a) {
+			o.readID = f.ID
+			return driver.ObjectState{Version: o.k.Key, Object: o.k.Object}, true, nil
+		}
 		return state, false, o.fail(ctx, &HTTPError{StatusCode: a.Status, Problem: cmp.Or(f.Problem, "the object's record holds what no deposit made")})
 	}
 	return state, false, nil

@@ -190,3 +190,14 @@ type ObjectUpdate struct {
 	// [Driver.Steps] is given it.
 	Dir string
 }
+
+// ContentMatcher is an [ObjectReader] that tells whether a record it
+// judged [Foreign] because it carries no deposit's marker (a DOI
+// registered before deposit was used) holds the payload's content all the
+// same. The engine asks only when it meets the record at the object's
+// first version (its create found it there); a record that does is that
+// version, existing, and is not changed. A later version of the object
+// meets the Foreign record again, and fails as before.
+type ContentMatcher interface {
+	HoldsContent(k canonical.Keyed, a Answer) bool
+}

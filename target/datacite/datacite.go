@@ -229,7 +229,7 @@ func (d dataciteDriver) Steps(k canonical.Keyed, _ string) ([]driver.Step, error
 		},
 		// No pointers: a read-back names no identifier, so the DOI (the
 		// fallback) is the identifier, whatever the record says.
-		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(doi, k.Key, k.Version, b) }),
+		Check:    record.ReadBack(doiURL, nil, "", func(b []byte) error { return d.ours(doi, k, b) }),
 		Fallback: doi,
 	}
 	steps := []driver.Step{create}
@@ -369,11 +369,15 @@ func doiTaken(body []byte) bool {
 	return false
 }
 
-// ours accepts a DOI read back only when its metadata carries key as a
-// deposit-sha256 alternate identifier. A read-back cut short by the
-// engine's answer limit is searched as text for the quoted key next to the
-// identifier type (DataCite lists identifiers before the bulky metadata).
-func (d dataciteDriver) ours(doi, key, version string, body []byte) error {
+// ours accepts a DOI read back only when its metadata carries k's key as
+// a deposit-sha256 alternate identifier, or, for an object's first
+// version (k.Version set), when it carries no marker and is adopted or
+// holds k's metadata already (an existing DOI, left as it is). A read-back
+// cut short by the engine's answer limit is searched as text for the
+// quoted key next to the identifier type (DataCite lists identifiers
+// before the bulky metadata).
+func (d dataciteDriver) ours(doi string, k canonical.Keyed, body []byte) error {
+	key, version := k.Key, k.Version
 	foreign := fmt.Errorf("doi %s already exists and is not this deposit's: its metadata has no %s alternate identifier %s (another record holds the name this payload derives; it was not claimed)", doi, dataciteAltType, key)
 	m, err := readMarkers(body)
 	if err != nil {
@@ -387,6 +391,8 @@ func (d dataciteDriver) ours(doi, key, version string, body []byte) error {
 		return nil
 	case m.object == "" && m.version == "" && d.adopt && version != "":
 		return nil // adopted: the update that follows adds the markers
+	case m.object == "" && m.version == "" && version != "" && holdsAttributes(k.Body, body):
+		return nil // existing: the engine reads it and finds this version
 	case m.object == "" && m.version == "":
 		return fmt.Errorf("doi %s already exists and is not this deposit's: it carries no deposit markers (no %s alternate identifier): it was registered before deposit was used, or by another tool; it was not claimed (--adopt, with --identity, takes the repository's DOIs under the prefix as ours to update)", doi, dataciteAltType)
 	case m.object != "":

@@ -293,3 +293,61 @@ func (dataciteDriver) Payload(canonical []byte) (body, keyText []byte, err error
 }
 
 var _ driver.Payloader = dataciteDriver{}
+var _ driver.ContentMatcher = dataciteDriver{}
+
+// HoldsContent reports whether a DOI that carries no deposit markers holds
+// the payload's metadata already: every attribute the payload gives (but
+// its DOI, whose case DataCite changes, and its event) is in the DOI's
+// attributes as DataCite answers them, with the same value. Such a DOI is
+// the object's first version, existing; DataCite's own attributes beside
+// them (state, dates, its XML) are not compared. A value DataCite
+// normalises (a name it splits, a language it adds inside) does not
+// match: the line fails as another's DOI, as without this look.
+func (dataciteDriver) HoldsContent(k canonical.Keyed, a driver.Answer) bool {
+	if m, err := readMarkers(a.Body); err != nil || m.object != "" || m.version != "" {
+		return false
+	}
+	return holdsAttributes(k.Body, a.Body)
+}
+
+// holdsAttributes reports whether body, a DOI as DataCite answers it,
+// holds every attribute payload gives, with the same value (see
+// HoldsContent).
+func holdsAttributes(payload, body []byte) bool {
+	want, err := dataciteAttributes(payload)
+	if err != nil {
+		return false
+	}
+	var doc struct {
+		Data struct {
+			Attributes map[string]json.RawMessage `json:"attributes"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &doc) != nil || doc.Data.Attributes == nil {
+		return false
+	}
+	for name, v := range want {
+		if name == "doi" || name == "event" {
+			continue
+		}
+		held, ok := doc.Data.Attributes[name]
+		if !ok {
+			return false
+		}
+		given, err := json.Marshal(v)
+		if err != nil || !sameJSON(given, held) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameJSON reports whether two JSON texts are the same value.
+func sameJSON(a, b []byte) bool {
+	ca, err := canonical.JCS(a)
+	if err != nil {
+		return false
+	}
+	cb, err := canonical.JCS(b)
+	return err == nil && bytes.Equal(ca, cb)
+}

@@ -315,3 +315,38 @@ func TestAnUnmarkedDOIIsFailedUnlessAdopted(t *testing.T) {
 	require.Equal(t, client.OutcomeUpdated, again.Outcome)
 	require.Equal(t, client.OutcomeReplayed, deposit(t, adopt, namedDOI(3, "Reef, corrected")).Outcome)
 }
+
+// A DOI registered by hand with the very metadata of a line is that
+// object's first version, existing, with nothing written; a changed line
+// of it fails as another's DOI, as a DOI with other metadata does at once.
+func TestAnUnmarkedDOIHoldingTheLinesMetadataIsExisting(t *testing.T) {
+	s := stub(t)
+	register := func(n int, title string) {
+		body := `{"data":{"type":"dois","attributes":` + namedDOI(n, title) + `}}`
+		resp, err := http.Post(s.URL+"/dois", "application/vnd.api+json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+	}
+	register(5, "Reef")
+	register(6, "Reef, by hand")
+	before := s.Stats()
+
+	c := newClient(t, s.URL, openStore(t), "", "/doi")
+	res := deposit(t, c, namedDOI(5, "Reef"))
+	require.Equal(t, client.OutcomeExisting, res.Outcome)
+	require.Equal(t, "10.5072/reef-5", res.Identifier)
+	require.Equal(t, client.OutcomeReplayed, deposit(t, c, namedDOI(5, "Reef")).Outcome)
+	_, err := c.Deposit(context.Background(), []byte(namedDOI(5, "Reef, corrected")))
+	require.ErrorIs(t, err, client.ErrTerminal)
+	require.ErrorContains(t, err, "carries no deposit markers")
+	_, err = c.Deposit(context.Background(), []byte(namedDOI(6, "Reef")))
+	require.ErrorIs(t, err, client.ErrTerminal, "other metadata is another's DOI")
+	require.ErrorContains(t, err, "carries no deposit markers")
+
+	after := s.Stats()
+	require.Equal(t, before.MetadataUpdates, after.MetadataUpdates, "nothing written to either DOI")
+	for _, d := range s.DOIs() {
+		require.Empty(t, markersOf(t, d), "no marker added")
+	}
+}
