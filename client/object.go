@@ -354,7 +354,15 @@ func (o *objectRun) update(ctx context.Context, obj dedup.Object) error {
 		// another intent replaces it, so that its version stays known.
 		var done bool
 		var err error
-		if obj, done, err = o.reconcile(ctx, obj); done || err != nil {
+		earlier := obj
+		obj, done, err = o.reconcile(ctx, obj)
+		if _, steps := o.rd.(driver.StepUpdater); steps && err == nil {
+			// The read told: its steps' rows are closed, done if the
+			// record shows it applied, else failed as superseded, for
+			// their key never runs again.
+			err = o.closeEarlier(ctx, earlier, obj)
+		}
+		if done || err != nil {
 			return err
 		}
 	}
@@ -491,12 +499,31 @@ func (o *objectRun) runUpdate(ctx context.Context, su driver.StepUpdater, u driv
 // (or the record's). Nothing is sent: steps built again now would be
 // built from the record as it is after the update (o.held), which is not
 // what they were built from (a driver choosing an edit or a new version
-// by the files the record holds would choose otherwise). The rows are
-// found as the contract keys them: u.Key, or u.Key, a space and a name of
-// the step's own, under the driver's step targets.
+// by the files the record holds would choose otherwise).
 func (o *objectRun) settleSteps(ctx context.Context, u driver.ObjectUpdate) error {
-	c := o.c
 	o.res.RecordID = cmp.Or(o.held.RecordID, o.res.RecordID)
+	return o.closeSteps(ctx, u.Key, cmp.Or(o.readID, u.Record), nil)
+}
+
+// closeEarlier closes the rows of the update of earlier.Pending, another
+// version than this payload's whose outcome a killed run left unknown, now
+// that the read (reconcile) has told: done when obj, the object since,
+// holds that version, else failed, superseded before it was applied.
+func (o *objectRun) closeEarlier(ctx context.Context, earlier, obj dedup.Object) error {
+	key := updateKey(o.k.Object, earlier.Updates+1, earlier.Pending)
+	if obj.Version == earlier.Pending {
+		return o.closeSteps(ctx, key, cmp.Or(o.readID, obj.Identifier), nil)
+	}
+	return o.closeSteps(ctx, key, "", &dedup.Failure{Problem: fmt.Sprintf(
+		"superseded: the object's version %s was deposited before this update was settled, which the record shows not applied", o.k.Key)})
+}
+
+// closeSteps closes the rows of update key left pending, found as the
+// contract keys them (key, or key, a space and a name of the step's own,
+// under the driver's step targets): as done with identifier, or failed
+// with f.
+func (o *objectRun) closeSteps(ctx context.Context, key, identifier string, f *dedup.Failure) error {
+	c := o.c
 	var s Store = c.store
 	if g, ok := s.(*guarded); ok {
 		s = g.s
@@ -505,7 +532,6 @@ func (o *objectRun) settleSteps(ctx context.Context, u driver.ObjectUpdate) erro
 	if !ok {
 		return nil
 	}
-	id := cmp.Or(o.readID, u.Record)
 	for _, target := range c.target.StepTargets() {
 		rows, err := guardCall(c.guard, ctx, "list an update's steps in flight", false, func(ctx context.Context) ([]dedup.Record, error) {
 			var out []dedup.Record
@@ -513,7 +539,7 @@ func (o *objectRun) settleSteps(ctx context.Context, u driver.ObjectUpdate) erro
 				if err != nil {
 					return nil, err
 				}
-				if rec.Key == u.Key || strings.HasPrefix(rec.Key, u.Key+" ") {
+				if rec.Key == key || strings.HasPrefix(rec.Key, key+" ") {
 					out = append(out, rec)
 				}
 			}
@@ -523,8 +549,13 @@ func (o *objectRun) settleSteps(ctx context.Context, u driver.ObjectUpdate) erro
 			return c.storeError(err)
 		}
 		for _, rec := range rows {
-			if _, err := c.store.Complete(context.WithoutCancel(ctx), target, rec.Key,
-				dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: id}); err != nil {
+			ctx := context.WithoutCancel(ctx)
+			if f != nil {
+				_, err = c.store.Fail(ctx, target, rec.Key, *f)
+			} else {
+				_, err = c.store.Complete(ctx, target, rec.Key, dedup.Confirmation{Outcome: dedup.OutcomeCreated, Identifier: identifier})
+			}
+			if err != nil {
 				return c.storeError(err)
 			}
 		}

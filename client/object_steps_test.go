@@ -315,3 +315,40 @@ func TestAnUpdateAppliedUnbeknownIsSettledWithoutASend(t *testing.T) {
 	require.Equal(t, dedup.StateDone, rec.State, "the commit's row is closed, not left pending")
 	require.Equal(t, int64(1), h.Stats().Updates)
 }
+
+// An update cut short and never settled, then superseded by a later
+// version of the object, is closed: its rows failed as superseded (their
+// key never runs again), not left pending for deposit status to count.
+func TestASupersededUpdateIsClosedNotLeftPending(t *testing.T) {
+	h, err := repotest.NewHandler(repotest.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	var down atomic.Bool
+	down.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.Header.Get("If-Match") == "*" && down.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	store := openStore(t)
+	c := stagedClient(t, srv.URL, store, Config{})
+	v2, v3 := `{"id":"s-7","n":2}`, `{"id":"s-7","n":3}`
+	deposit(t, c, `{"id":"s-7","n":1}`)
+	_, err = c.Deposit(context.Background(), []byte(v2))
+	require.ErrorIs(t, err, ErrUnresolved)
+
+	down.Store(false)
+	upd := deposit(t, stagedClient(t, srv.URL, store, Config{}), v3)
+	require.Equal(t, OutcomeUpdated, upd.Outcome)
+	commit := driver.StepTarget(c.target.Name(), "commit")
+	rec, err := store.Lookup(context.Background(), commit, updateKey(upd.Object, 1, mustKey(t, c, v2)))
+	require.NoError(t, err)
+	require.Equal(t, dedup.StateFailed, rec.State)
+	require.Contains(t, rec.Problem, "superseded")
+	require.Empty(t, pendingRows(t, store, commit), "no update's row left pending")
+	require.Equal(t, int64(1), h.Stats().Updates, "v3 alone was committed")
+	require.JSONEq(t, v3, string(h.Records()[indexOf(t, h, upd.Object)].Body))
+}
