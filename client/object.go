@@ -153,24 +153,7 @@ func (c *Client) sweepLeases(ctx context.Context) {
 // sweepLeaseRows lets go of the dead processes' leases on the rows of
 // target, which hold no outcome.
 func (c *Client) sweepLeaseRows(ctx context.Context, target string) {
-	var s Store = c.store
-	if g, ok := s.(*guarded); ok {
-		s = g.s
-	}
-	l, ok := s.(rowLister)
-	if !ok {
-		return
-	}
-	rows, err := guardCall(c.guard, ctx, "list the leases dead processes left", false, func(ctx context.Context) ([]dedup.Record, error) {
-		var out []dedup.Record
-		for rec, err := range l.List(ctx, target, dedup.StatePending) {
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, rec)
-		}
-		return out, nil
-	})
+	rows, err := c.pendingRows(ctx, target, "list the leases dead processes left", func(string) bool { return true })
 	if err != nil {
 		c.log.Warn("the leases left by dead processes were not listed; a later batch lets go of them", "target", target, "err", err)
 		return
@@ -185,6 +168,32 @@ func (c *Client) sweepLeaseRows(ctx context.Context, target string) {
 			release()
 		}
 	}
+}
+
+// pendingRows lists the pending rows of target whose key keep accepts,
+// through the store's guard (what names the call in its errors); none
+// from a store that lists no rows.
+func (c *Client) pendingRows(ctx context.Context, target, what string, keep func(key string) bool) ([]dedup.Record, error) {
+	var s Store = c.store
+	if g, ok := s.(*guarded); ok {
+		s = g.s
+	}
+	l, ok := s.(rowLister)
+	if !ok {
+		return nil, nil
+	}
+	return guardCall(c.guard, ctx, what, false, func(ctx context.Context) ([]dedup.Record, error) {
+		var out []dedup.Record
+		for rec, err := range l.List(ctx, target, dedup.StatePending) {
+			if err != nil {
+				return nil, err
+			}
+			if keep(rec.Key) {
+				out = append(out, rec)
+			}
+		}
+		return out, nil
+	})
 }
 
 func (o *objectRun) lookup(ctx context.Context) (dedup.Object, bool, error) {
@@ -524,27 +533,9 @@ func (o *objectRun) closeEarlier(ctx context.Context, earlier, obj dedup.Object)
 // with f.
 func (o *objectRun) closeSteps(ctx context.Context, key, identifier string, f *dedup.Failure) error {
 	c := o.c
-	var s Store = c.store
-	if g, ok := s.(*guarded); ok {
-		s = g.s
-	}
-	l, ok := s.(rowLister)
-	if !ok {
-		return nil
-	}
+	ofUpdate := func(k string) bool { return k == key || strings.HasPrefix(k, key+" ") }
 	for _, target := range c.target.StepTargets() {
-		rows, err := guardCall(c.guard, ctx, "list an update's steps in flight", false, func(ctx context.Context) ([]dedup.Record, error) {
-			var out []dedup.Record
-			for rec, err := range l.List(ctx, target, dedup.StatePending) {
-				if err != nil {
-					return nil, err
-				}
-				if rec.Key == key || strings.HasPrefix(rec.Key, key+" ") {
-					out = append(out, rec)
-				}
-			}
-			return out, nil
-		})
+		rows, err := c.pendingRows(ctx, target, "list an update's steps in flight", ofUpdate)
 		if err != nil {
 			return c.storeError(err)
 		}
