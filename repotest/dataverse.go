@@ -613,6 +613,22 @@ func asList(v any) []any {
 	return []any{v}
 }
 
+// beginWrite injects the fault of a write of class and key (an answer
+// before the handler runs, or a fault to apply after it) and waits the
+// latency; ok false when the write is answered already, a fault's or a
+// 503 from a server closing.
+func (dv *Dataverse) beginWrite(w http.ResponseWriter, class, key string) (fault, bool) {
+	ft, answered := dv.inj.early(w, class, key)
+	if answered {
+		return ft, false
+	}
+	if !dv.inj.delay() {
+		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+		return ft, false
+	}
+	return ft, true
+}
+
 // create serves POST /api/dataverses/{alias}/datasets.
 func (dv *Dataverse) create(w http.ResponseWriter, r *http.Request, alias string, user bool) {
 	if alias != dv.cfg.Alias {
@@ -641,12 +657,8 @@ func (dv *Dataverse) create(w http.ResponseWriter, r *http.Request, alias string
 		dvError(w, http.StatusForbidden, failure)
 		return
 	}
-	ft, answered := dv.inj.early(w, "create", hex.EncodeToString(sum[:]))
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "create", hex.EncodeToString(sum[:]))
+	if !ok {
 		return
 	}
 	dv.mu.Lock()
@@ -848,12 +860,8 @@ func (dv *Dataverse) add(w http.ResponseWriter, r *http.Request, id string, user
 	if !dv.admit(w, "CreateNewDataFilesCommand", http.StatusBadRequest, "There was an error when trying to add the new file. ") {
 		return
 	}
-	ft, answered := dv.inj.early(w, "add", dv.pid(ds)+"/"+req.dir+"/"+req.name+"/"+req.md5)
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "add", dv.pid(ds)+"/"+req.dir+"/"+req.name+"/"+req.md5)
+	if !ok {
 		return
 	}
 	dv.mu.Lock()

@@ -154,12 +154,8 @@ func (dv *Dataverse) putDraft(w http.ResponseWriter, r *http.Request, id string,
 		return
 	}
 	sum := sha256.Sum256(raw)
-	ft, answered := dv.inj.early(w, "edit", dv.pid(ds)+"/"+hex.EncodeToString(sum[:]))
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "edit", dv.pid(ds)+"/"+hex.EncodeToString(sum[:]))
+	if !ok {
 		return
 	}
 	dv.mu.Lock()
@@ -204,12 +200,8 @@ func (dv *Dataverse) deleteDraft(w http.ResponseWriter, r *http.Request, id stri
 		dvError(w, http.StatusUnauthorized, "Only authenticated users can perform the requested operation")
 		return
 	}
-	ft, answered := dv.inj.early(w, "discard", dv.pid(ds))
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "discard", dv.pid(ds))
+	if !ok {
 		return
 	}
 	dv.mu.Lock()
@@ -288,12 +280,8 @@ func (dv *Dataverse) replace(w http.ResponseWriter, r *http.Request, id string, 
 	if !ok {
 		return
 	}
-	ft, answered := dv.inj.early(w, "replace", dv.pid(ds)+"/"+id+"/"+req.md5)
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "replace", dv.pid(ds)+"/"+id+"/"+req.md5)
+	if !ok {
 		return
 	}
 	dv.mu.Lock()
@@ -364,12 +352,8 @@ func (dv *Dataverse) deleteFile(w http.ResponseWriter, r *http.Request, id strin
 		dvError(w, http.StatusNotFound, "File with ID "+id+" not found.")
 		return
 	}
-	ft, answered := dv.inj.early(w, "delete", dv.pid(ds)+"/"+id)
-	if answered {
-		return
-	}
-	if !dv.inj.delay() {
-		dvError(w, http.StatusServiceUnavailable, "The server is closing.")
+	ft, ok := dv.beginWrite(w, "delete", dv.pid(ds)+"/"+id)
+	if !ok {
 		return
 	}
 	dv.mu.Lock()
