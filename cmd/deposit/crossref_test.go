@@ -262,6 +262,9 @@ func TestCrossrefAnOlderFileAfterALostStoreIsStale(t *testing.T) {
 	r = run(2, 20260201000000000)
 	require.Equal(t, exitDone, r.code, r.stderr)
 	require.Contains(t, r.stderr, "0 created, 0 existing, 0 replayed, 1 updated, 0 stale")
+	st := deposit(t, nil, "status", "--db", db)
+	require.Equal(t, 0, st.code, st.stderr)
+	require.Contains(t, st.stdout, "\n  objects: 1, 2 versions applied (1 first, 1 update)", "a Crossref DOI is an object without --identity")
 	for _, suffix := range []string{"", "-wal", "-shm"} {
 		require.NoError(t, os.RemoveAll(db+suffix))
 	}

@@ -40,7 +40,7 @@ func TestObjectsOnPostgres(t *testing.T) {
 
 	r := deposit(t, nil, "status", "--db", db)
 	require.Equal(t, exitDone, r.code, r.stderr)
-	require.Contains(t, r.stdout, "objects (--identity): 3, 5 versions applied (3 first, 2 updates), 2 stale lines")
+	require.Contains(t, r.stdout, "objects: 3, 5 versions applied (3 first, 2 updates), 2 stale lines")
 
 	r = deposit(t, nil, "status", "--db", db, "--objects", "--json")
 	require.Equal(t, exitDone, r.code, r.stderr)

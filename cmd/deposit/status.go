@@ -50,9 +50,11 @@ const statusNotes = `Output:
                    order
   --list --json    JSON Lines, one row each: {"target","key","state","outcome",
                    "identifier","status","error","attempts"}; empty values omitted
-  --objects        every object (run --identity), by target and object key:
-                   its identifier, the version it holds and since when, its
-                   updates, stale lines and update in flight; with --json
+  --objects        every object (a record kept by its identity: run
+                   --identity, a DataCite DOI, a Crossref DOI), by target
+                   and object key: its identifier, the version it holds and
+                   since when, its updates, stale lines and update in
+                   flight; with --json
                    JSON Lines {"target","object","identifier","version",
                    "applied_at","updates","stale","pending"}
 Targets are printed without user info or query strings, except in the JSON
@@ -200,7 +202,7 @@ func statusCmd(ctx context.Context, args []string, s streams) int {
 	c.fs.StringVar(&db, "db", "deposit.db", "dedup store: a SQLite `FILE` or a postgres:// URL")
 	c.fs.BoolVar(&asJSON, "json", false, "machine-readable output (an object; JSON Lines with --list)")
 	c.fs.BoolVar(&list, "list", false, "list every stored row")
-	c.fs.BoolVar(&objects, "objects", false, "list every object (run --identity): the version it holds and since when")
+	c.fs.BoolVar(&objects, "objects", false, "list every object (a record kept by its identity): the version it holds and since when")
 	c.fs.StringVar(&stateFilter, "state", "", "with --list, only rows in `STATE`: pending, done or failed")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
@@ -403,7 +405,7 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 		}
 	}
 	if objects.Objects > 0 {
-		fmt.Fprintf(w, "  objects (--identity): %d, %s applied (%d first, %d %s), %s, %d %s pending, %d %s failed\n",
+		fmt.Fprintf(w, "  objects: %d, %s applied (%d first, %d %s), %s, %d %s pending, %d %s failed\n",
 			objects.Objects, plural(objects.Versions, "version"), objects.Versions-objects.Updates, objects.Updates, pick(objects.Updates, "update", "updates"),
 			plural(objects.Stale, "stale line"), objects.Pending, pick(objects.Pending, "update", "updates"), objects.Failed, pick(objects.Failed, "version", "versions"))
 	}
@@ -425,7 +427,7 @@ func summarize(ctx context.Context, store statusStore, db string, asJSON bool, w
 	return nil
 }
 
-// objectsJSON counts the store's objects (--identity): their versions
+// objectsJSON counts the store's objects (records kept by identity): their versions
 // applied, the updates among them, the stale lines, the updates in flight
 // and the versions refused.
 type objectsJSON struct {
