@@ -27,7 +27,10 @@ A target that keys its lines its own way is named with --protocol: under
 crossref a line is one work, {"doi":D,"xml":X} or {"doi":D,"xml_file":P} with
 P beside FILE, and the key leaves out the content of the XML's first
 doi_batch_id and timestamp elements (docs/targets/crossref.md); a work is an
-object named by its DOI, so each line is LINE<TAB>OBJECT<TAB>KEY.`
+object named by its DOI, so each line is LINE<TAB>OBJECT<TAB>KEY. Under
+datacite the DOI a payload names (attributes.doi) is folded to lower case
+before the line is keyed, as deposit run does: DOI names are
+case-insensitive (docs/targets/datacite.md).`
 
 func keyCmd(ctx context.Context, args []string, s streams) int {
 	var (
@@ -39,14 +42,14 @@ func keyCmd(ctx context.Context, args []string, s streams) int {
 		identity     stringList
 		versionPtr   string
 	)
-	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--identity POINTER]... [--version-pointer POINTER] [--datasets DIR] [--max-line-bytes N] [--protocol crossref] FILE|-", keyAbout, "")
+	c := newCommand("key", "deposit key [--form jcs|python] [--ignore POINTER]... [--identity POINTER]... [--version-pointer POINTER] [--datasets DIR] [--max-line-bytes N] [--protocol crossref|datacite] FILE|-", keyAbout, "")
 	c.fs.StringVar(&formName, "form", "jcs", "canonical form: jcs (RFC 8785) or python (json.dumps sort_keys, compact)")
 	c.fs.Var(&ignore, "ignore", "JSON `POINTER` (RFC 6901) left out of the key; repeatable")
 	c.fs.Var(&identity, "identity", "JSON `POINTER` whose value names the object a line describes; repeatable: print its object key too")
 	c.fs.StringVar(&versionPtr, "version-pointer", "", "with --identity: JSON `POINTER` of a line's version, checked as deposit run checks it")
 	c.fs.StringVar(&datasets, "datasets", "", "each line is {\"metadata\":M,\"files\":[P,...]}, P relative to `DIR`")
 	c.fs.Int64Var(&maxLineBytes, "max-line-bytes", defaultMaxLineBytes, "longest line accepted, in bytes")
-	c.fs.StringVar(&proto, "protocol", "", "key lines as this target reads them: crossref (one work per line); default: the payload as it is")
+	c.fs.StringVar(&proto, "protocol", "", "key lines as this target reads them: crossref (one work per line), datacite (the DOI a line names in lower case); default: the payload as it is")
 	pos, code, ok := c.parse(args, s)
 	if !ok {
 		return code

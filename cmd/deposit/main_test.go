@@ -407,6 +407,24 @@ func TestKeyPrintsTheObjectKeyWithAnIdentity(t *testing.T) {
 	require.Contains(t, r.stderr, "line 3: invalid: identity /id: names no string or integer in this payload")
 }
 
+// Under --protocol datacite a line's DOI is folded to lower case before it
+// is keyed, as deposit run keys it: two lines that differ in the DOI's
+// case only are one object and one key, the key of the lower-case line.
+// Without it they are two.
+func TestKeyFoldsADataCiteDOIAsRunDoes(t *testing.T) {
+	dir := t.TempDir()
+	lower := `{"doi":"10.5072/reef-1","titles":[{"title":"Reef"}]}`
+	input := writeFile(t, dir, "in.jsonl", lower, `{"doi":"10.5072/REEF-1","titles":[{"title":"Reef"}]}`)
+	want := fmt.Sprintf("%s\t%s", canonical.Key([]byte(`["10.5072/reef-1"]`)), canonical.Key([]byte(lower)))
+	r := deposit(t, nil, "key", "--protocol", "datacite", "--identity", "/doi", input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.Equal(t, "1\t"+want+"\n2\t"+want+"\n", r.stdout)
+
+	r = deposit(t, nil, "key", "--identity", "/doi", input)
+	require.Equal(t, exitDone, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "2\t"+want, "without the protocol, the payload as it is")
+}
+
 // With --datasets, the identity is read in each dataset's metadata, as
 // deposit run reads it (and --ignore): the object key is the same as for
 // a line of that metadata alone.
